@@ -1,0 +1,249 @@
+// dist: the one communication API every distlab exercise is written against.
+//
+// Names mirror torch.distributed; argument order and meaning mirror NCCL:
+//   * counts are elements, never bytes (a std::span carries its own count and type);
+//   * a collective given one buffer works in place;
+//   * `src`, `dst` and `root` are ranks in [0, world_size()).
+// Buffers are std::span of float, double, int32_t or int64_t, so std::vector and contiguous
+// Eigen storage pass directly (see <dist/eigen.hpp> for a helper that turns a matrix into a span).
+//
+// Contract for every backend (threads, Open MPI, NCCL):
+//   * rank() and world_size() never change inside launch();
+//   * every rank calls collectives in the same order, with the same count, op and root;
+//     a mismatch is reported as an error naming the ranks and the calls, never a hang.
+//   * every function throws dist::Error (or a subclass) on failure; nothing calls exit().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dist {
+
+/// Reduction operators. Avg is Sum followed by division by world_size (integer types: truncating).
+enum class ReduceOp { Sum, Product, Min, Max, Avg };
+
+/// Which engine runs the ranks.
+enum class Backend { Threads, Mpi, Nccl };
+
+/// Element types a buffer may hold (the span's element type picks it; students never name it).
+enum class DataType { Float32, Float64, Int32, Int64 };
+
+const char* to_string(ReduceOp op);
+const char* to_string(Backend backend);
+const char* to_string(DataType type);
+std::size_t size_of(DataType type);
+
+/// The simulated network of the threads backend (Hockney / alpha-beta model, see sim_time()).
+/// Flat by default; with ranks_per_node > 0 it is two-level: ranks r and q share a node when
+/// r / ranks_per_node == q / ranks_per_node, and messages between nodes use the inter_node_* link.
+struct NetworkModel {
+  double latency_s = 5e-6;        // alpha: per message
+  double bandwidth_Bps = 10e9;    // 1/beta: per byte, per rank's link, each direction
+  double reduce_Bps = 0;          // 1/gamma: local reduction speed; 0 = free
+  int ranks_per_node = 0;         // 0 = flat network; > 0 = two-level (nodes of this many ranks)
+  double inter_node_latency_s = 20e-6;     // alpha between nodes (two-level only)
+  double inter_node_bandwidth_Bps = 1.25e9;  // 1/beta between nodes (two-level only)
+
+  /// Seconds one message of `bytes` bytes occupies the link from `src` to `dst`: alpha + bytes*beta.
+  double message_cost(int src, int dst, std::size_t bytes) const;
+  /// Seconds to reduce `bytes` bytes locally (0 when reduce_Bps == 0).
+  double reduce_cost(std::size_t bytes) const;
+
+  static NetworkModel flat();                       // the defaults above
+  static NetworkModel two_level(int ranks_per_node);  // fast links inside a node, slow between
+};
+
+struct LaunchOptions {
+  int world_size = 4;               // ignored under mpirun (the job's size wins)
+  Backend backend = Backend::Threads;
+  NetworkModel network{};
+  std::chrono::milliseconds timeout{30000};  // a wait longer than this is an error, never a hang
+  std::string trace_path;           // write a Chrome trace JSON here ("" = off)
+};
+
+/// Reads --world-size/-n N, --backend threads|mpi|nccl, --trace FILE, --timeout-ms MS,
+/// --network flat|two-level, --ranks-per-node G, --latency S, --bandwidth BPS, --reduce-bandwidth BPS.
+/// Unknown arguments are left for the program; a malformed known one throws dist::Error saying why.
+/// Under mpirun (OMPI_COMM_WORLD_SIZE set) the backend defaults to Mpi.
+LaunchOptions options_from_args(int argc, char** argv);
+
+// ---------------------------------------------------------------------------------------------
+// Errors. Every message names the rank(s) involved and says what to do.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct DeadlockError : Error {   // every unfinished rank blocked in dist with nothing able to complete
+  using Error::Error;
+};
+struct TimeoutError : Error {    // one wait lasted longer than LaunchOptions::timeout
+  using Error::Error;
+};
+struct MismatchError : Error {   // send/recv size or type mismatch; collectives that do not match
+  using Error::Error;
+};
+struct RankFailedError : Error { // another rank threw: this rank was woken with this error
+  using Error::Error;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Launching ranks.
+
+/// Runs body on every rank. Threads: spawns world_size threads, each one rank. Mpi/Nccl: this
+/// process is one rank of the job that mpirun started. After all ranks stop, rethrows the first
+/// rank's error (its message starts with "rank R: ") so a test or main() sees it. No thread is
+/// left running when launch returns. Must not be called from inside a rank.
+void launch(const LaunchOptions& options, const std::function<void()>& body);
+void launch(int world_size, const std::function<void()>& body);
+
+/// True on a thread (or process) that is currently a rank inside launch().
+bool in_launch();
+int rank();
+int world_size();
+/// The options this launch was started with (network model, timeout, backend).
+const LaunchOptions& options();
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous handles.
+
+namespace detail {
+class WorkImpl {
+ public:
+  virtual ~WorkImpl() = default;
+  virtual bool is_completed() = 0;
+  virtual void wait() = 0;
+};
+}  // namespace detail
+
+/// Handle to an operation in flight. wait() blocks until it is done and rethrows its error;
+/// waiting twice is fine. A default-constructed Work is already complete.
+/// Destroying an unfinished Work does not cancel it: wait on it before the buffer goes away.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::WorkImpl> impl) : impl_(std::move(impl)) {}
+  bool is_completed() { return !impl_ || impl_->is_completed(); }
+  void wait() {
+    if (impl_) impl_->wait();
+  }
+
+ private:
+  std::shared_ptr<detail::WorkImpl> impl_;
+};
+
+/// Waits for every handle in order.
+void wait_all(std::span<Work> works);
+
+// ---------------------------------------------------------------------------------------------
+// Point-to-point. Matching is by (source, tag), first-in first-out; there are no wildcards.
+// send is synchronous: it returns only once the matching recv has taken the data (the threads
+// backend enforces this, so code that relies on buffered sends deadlocks there, loudly).
+// A send and its recv must agree on element type and count; otherwise both ranks get a
+// MismatchError naming both ranks and both sizes.
+
+#define DIST_DECLARE_P2P(T)                                        \
+  void send(std::span<const T> buf, int dst, int tag = 0);         \
+  void recv(std::span<T> buf, int src, int tag = 0);               \
+  [[nodiscard]] Work isend(std::span<const T> buf, int dst, int tag = 0); \
+  [[nodiscard]] Work irecv(std::span<T> buf, int src, int tag = 0);
+DIST_DECLARE_P2P(float)
+DIST_DECLARE_P2P(double)
+DIST_DECLARE_P2P(std::int32_t)
+DIST_DECLARE_P2P(std::int64_t)
+#undef DIST_DECLARE_P2P
+
+/// Blocks until every rank has called barrier().
+void barrier();
+
+// ---------------------------------------------------------------------------------------------
+// Built-in collectives (the "library" ones; the exercises re-implement them from send/recv).
+// Each documents the algorithm whose traffic and simulated time it reports on the threads
+// backend (p = world_size, n = bytes of the buffer, alpha/beta/gamma from NetworkModel):
+//   broadcast       binomial tree            ceil(log2 p) rounds of (alpha + n beta)
+//   reduce          binomial tree            ceil(log2 p) rounds of (alpha + n beta + n gamma)
+//   all_reduce      ring: reduce-scatter + all-gather, 2(p-1) steps of (alpha + n/p beta)
+//                   (+ (p-1) n/p gamma)
+//   gather          binomial tree            ceil(log2 p) alpha + (p-1)/p n_total beta
+//   all_gather      ring                     (p-1) steps of (alpha + n_in beta)
+//   scatter         binomial tree            ceil(log2 p) alpha + (p-1)/p n_total beta
+//   reduce_scatter  ring                     (p-1) steps of (alpha + n_out beta + n_out gamma)
+// See docs/ for the exact per-rank message lists.
+
+#define DIST_DECLARE_COLLECTIVES(T)                                                        \
+  void broadcast(std::span<T> buf, int src);                                               \
+  void reduce(std::span<T> buf, int dst, ReduceOp op = ReduceOp::Sum);                     \
+  void all_reduce(std::span<T> buf, ReduceOp op = ReduceOp::Sum);                          \
+  [[nodiscard]] Work all_reduce_async(std::span<T> buf, ReduceOp op = ReduceOp::Sum);      \
+  /* out: world_size*in.size() elements on dst, ignored (may be empty) elsewhere */        \
+  void gather(std::span<const T> in, std::span<T> out, int dst);                           \
+  /* out: world_size*in.size() elements on every rank; rank r's in lands at r*in.size() */ \
+  void all_gather(std::span<const T> in, std::span<T> out);                                \
+  /* in: world_size*out.size() elements on src, ignored (may be empty) elsewhere */        \
+  void scatter(std::span<const T> in, std::span<T> out, int src);                          \
+  /* in: world_size*out.size() elements; rank r gets the reduction of chunk r */           \
+  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::Sum);
+DIST_DECLARE_COLLECTIVES(float)
+DIST_DECLARE_COLLECTIVES(double)
+DIST_DECLARE_COLLECTIVES(std::int32_t)
+DIST_DECLARE_COLLECTIVES(std::int64_t)
+#undef DIST_DECLARE_COLLECTIVES
+
+// ---------------------------------------------------------------------------------------------
+// Instrumentation (threads backend exact; MPI counts point-to-point traffic the same way).
+
+struct Stats {
+  std::uint64_t messages_sent = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t messages_received = 0;
+  std::uint64_t bytes_received = 0;
+  // Per peer, indexed by rank (size world_size()).
+  std::vector<std::uint64_t> messages_sent_to, bytes_sent_to;
+  std::vector<std::uint64_t> messages_received_from, bytes_received_from;
+  // Calls of this rank to built-in collectives (broadcast ... reduce_scatter, all_reduce_async),
+  // not counting barrier(). Lets a test tell that an exercise did not just call the built-in.
+  std::uint64_t builtin_collectives = 0;
+  std::uint64_t barriers = 0;
+};
+
+/// This rank's counters since launch or reset_stats(). Built-in collectives add the messages of
+/// the algorithm they document, as if it had been run with send/recv.
+Stats stats();
+void reset_stats();
+
+/// This rank's simulated clock in seconds (threads backend; 0 elsewhere). Deterministic: the
+/// same program gives bit-identical times on every run. The model (Hockney, alpha-beta):
+///   * a message of b bytes from s to d occupies s's outgoing link and d's incoming link for
+///     c = message_cost(s, d, b) = alpha + b*beta;
+///   * send/isend posted at sender clock t starts at ts = max(t, out_free[s]); out_free[s] = ts + c;
+///     a blocking send (or wait on an isend) advances the sender's clock to ts + c;
+///   * when the receiver completes the recv (recv returns, or wait() on the irecv), in the order
+///     its recvs complete: ti = max(ts, in_free[d]); in_free[d] = ti + c; arrival = ti + c, and the
+///     receiver's clock becomes max(its clock, arrival);
+///   * sim_compute(s) adds s; built-in reductions charge bytes / reduce_Bps;
+///   * barrier: every clock becomes the max over ranks (it costs nothing else);
+///   * built-in collectives start at the max of the participants' clocks and charge each rank
+///     the cost of the algorithm they document, computed with the same link model.
+/// Exercises that reduce data locally should call sim_reduce(bytes) to charge gamma.
+double sim_time();
+/// Charge modelled compute time to this rank's clock (shown as a span in the trace).
+void sim_compute(double seconds, const char* label = "compute");
+/// Charge the cost of reducing `bytes` bytes locally (bytes / reduce_Bps) to this rank's clock.
+void sim_reduce(std::size_t bytes);
+
+/// inout[i] = op(inout[i], in[i]) for every i, and charge the reduction to the simulated clock
+/// (sim_reduce). Avg accumulates like Sum: divide by world_size() once at the end.
+/// The exercises use this for every local reduction. Sizes must match (else dist::Error).
+#define DIST_DECLARE_REDUCE_INTO(T) \
+  void reduce_into(std::span<T> inout, std::span<const T> in, ReduceOp op);
+DIST_DECLARE_REDUCE_INTO(float)
+DIST_DECLARE_REDUCE_INTO(double)
+DIST_DECLARE_REDUCE_INTO(std::int32_t)
+DIST_DECLARE_REDUCE_INTO(std::int64_t)
+#undef DIST_DECLARE_REDUCE_INTO
+
+}  // namespace dist
