@@ -1,0 +1,1 @@
+"""pydistlab: the machinery behind the `./distlab` command (standard library only)."""

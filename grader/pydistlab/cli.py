@@ -1,0 +1,175 @@
+"""`./distlab`: the command line. Each subcommand lives in its own module; this file only parses."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from .errors import DistlabError
+
+EPILOG = """\
+common commands:
+  ./distlab grade [MODULE...]     build and grade your exercises (report in build/grade/.../report)
+  ./distlab run MODULE            run a module's program (--world-size N, --trace FILE ...)
+  ./distlab submit                pack your files for upload
+  ./distlab doctor                what is installed, what is missing
+instructors:
+  ./distlab test                  the kit's self-test (last line: N passed, N failed)
+  ./distlab sync | check --stubs  regenerate / verify exercises/ from solutions/
+  ./distlab release OUT           write the student repository
+"""
+
+
+def _cmd_sync(a: argparse.Namespace) -> int:
+    from . import stubs
+    stubs.sync()
+    return 0
+
+
+def _cmd_check(a: argparse.Namespace) -> int:
+    from . import stubs
+    if not a.stubs:
+        raise DistlabError("say what to check: ./distlab check --stubs")
+    return stubs.check()
+
+
+def _cmd_doctor(a: argparse.Namespace) -> int:
+    from . import doctor
+    return doctor.main(install=a.install)
+
+
+def _cmd_build(a: argparse.Namespace) -> int:
+    from . import build
+    return build.main(a.preset, a.solutions, a.target)
+
+
+def _cmd_run(a: argparse.Namespace) -> int:
+    from . import runprog
+    return runprog.main(a)
+
+
+def _cmd_bench(a: argparse.Namespace) -> int:
+    from . import bench
+    return bench.main(a)
+
+
+def _cmd_grade(a: argparse.Namespace) -> int:
+    from . import grade
+    return grade.main(a)
+
+
+def _cmd_submit(a: argparse.Namespace) -> int:
+    from . import submit
+    return submit.main(a.output, a.modules)
+
+
+def _cmd_release(a: argparse.Namespace) -> int:
+    from . import release
+    return release.main(a.out, force=a.force)
+
+
+def _cmd_gradescope_zip(a: argparse.Namespace) -> int:
+    from . import gradescope
+    return gradescope.main(a.out)
+
+
+def _cmd_golden(a: argparse.Namespace) -> int:
+    from . import golden
+    return golden.main(a.modules, check=a.check)
+
+
+def _cmd_test(a: argparse.Namespace) -> int:
+    from . import selftest_cmd
+    return selftest_cmd.main(a)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="./distlab", description="distlab: build, run, grade and "
+                                "release the parallel-programming course kit.",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_, description=help_)
+        sp.set_defaults(func=fn)
+        return sp
+
+    d = add("doctor", _cmd_doctor, "report compilers, libraries and backends found, and what is missing")
+    d.add_argument("--install", action="store_true", help="install missing Debian packages")
+
+    b = add("build", _cmd_build, "configure and build the kit with a CMake preset")
+    b.add_argument("--preset", default="default", choices=["default", "debug", "tsan", "portable"])
+    b.add_argument("--solutions", action="store_true",
+                   help="build solutions/ instead of exercises/ (own build folder: build/<preset>-solutions)")
+    b.add_argument("--target", action="append", default=[], help="build only this target (repeatable)")
+
+    r = add("run", _cmd_run, "build and run a module's program: ./distlab run MODULE [-- ARGS]")
+    r.add_argument("module")
+    r.add_argument("--solutions", action="store_true", help="run the reference implementation")
+    r.add_argument("--preset", default="default", choices=["default", "debug", "tsan", "portable"])
+    r.add_argument("--backend", default=None, help="threads (default), mpi or nccl")
+    r.add_argument("-n", "--np", type=int, default=None, dest="np",
+                   help="number of ranks (mpi: processes started by mpirun; threads: --world-size)")
+    r.add_argument("--hostfile", default=None, help="mpirun --hostfile")
+    r.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program (after --)")
+
+    be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives [--plot FILE.png] [ARGS]")
+    be.add_argument("what", choices=["collectives"])
+    be.add_argument("--plot", default=None, metavar="FILE.png",
+                    help="plot simulated time vs size per algorithm (from run_03_collectives --csv)")
+    be.add_argument("--no-mpi", action="store_true", help="skip the Open MPI comparison")
+    be.add_argument("--mpi-ranks", default="2,4,8", help="world sizes for the MPI run (default 2,4,8)")
+    be.add_argument("args", nargs=argparse.REMAINDER, help="arguments for bench_collectives")
+
+    g = add("grade", _cmd_grade, "build and grade exercises on a clean copy of the kit")
+    g.add_argument("modules", nargs="*", metavar="MODULE")
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--solutions", action="store_true", help="grade the reference solutions")
+    src.add_argument("--submission", metavar="PATH", help="grade a folder or .zip of student files")
+    src.add_argument("--submissions", metavar="DIR", help="batch: grade every subfolder / zip of DIR")
+    g.add_argument("--csv", metavar="FILE", help="batch mode: write the gradebook here")
+    g.add_argument("--hidden", action="store_true", help="also run the instructor-only hidden tests")
+    g.add_argument("--out", metavar="DIR", help="report folder (default build/grade/<id>/report)")
+    g.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
+    g.add_argument("--quiet", action="store_true", help="no progress lines, only the table")
+
+    s = add("submit", _cmd_submit, "pack your owned files into a zip for upload")
+    s.add_argument("modules", nargs="*", metavar="MODULE", help="only these modules (default all)")
+    s.add_argument("-o", "--output", default="submission.zip")
+
+    add("sync", _cmd_sync, "regenerate exercises/ from solutions/ (solution regions become TODOs)")
+    c = add("check", _cmd_check, "consistency checks: --stubs (exercises/ in sync with solutions/)")
+    c.add_argument("--stubs", action="store_true")
+
+    rl = add("release", _cmd_release, "write the student repository to OUT (no solutions, no hidden tests)")
+    rl.add_argument("out")
+    rl.add_argument("--force", action="store_true", help="replace OUT if it exists")
+
+    gz = add("gradescope-zip", _cmd_gradescope_zip, "build the Gradescope autograder zip")
+    gz.add_argument("out", nargs="?", default="build/autograder.zip")
+
+    go = add("golden", _cmd_golden, "regenerate reference outputs in grader/golden/ from solutions/")
+    go.add_argument("modules", nargs="*", metavar="MODULE")
+    go.add_argument("--check", action="store_true",
+                    help="do not write: check that the stored outputs reproduce")
+
+    t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
+    t.add_argument("--only", default=None,
+                   help="comma-separated steps: build,tsan,solutions,stubs,sync,golden,selftest")
+    t.add_argument("--keep-going", action="store_true", default=True)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if not getattr(args, "func", None):
+        parser().print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except DistlabError as e:
+        print(f"distlab {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

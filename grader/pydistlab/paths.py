@@ -1,0 +1,37 @@
+"""Where things live in a kit checkout (or a released student repository)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+#: The kit's root: the folder holding the `distlab` script (grader/pydistlab/ is two levels down).
+ROOT: Path = Path(__file__).resolve().parents[2]
+
+MANIFEST = ROOT / "grader" / "manifest.toml"
+SOLUTIONS = ROOT / "solutions"
+EXERCISES = ROOT / "exercises"
+BUILD = ROOT / "build"
+
+#: Extensions of the C++ files in which solution markers are recognised.
+CXX_EXTENSIONS = (".cpp", ".cc", ".cxx", ".hpp", ".h", ".hh", ".cu", ".cuh", ".ipp", ".tpp")
+
+
+def nproc() -> int:
+    """Number of CPU cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def is_release() -> bool:
+    """True in a student repository written by `./distlab release` (it has no solutions/)."""
+    return not SOLUTIONS.is_dir()
+
+
+def rel(path: Path) -> str:
+    """path relative to the kit root when inside it (for messages)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)

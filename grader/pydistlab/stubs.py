@@ -1,0 +1,221 @@
+"""Stub generation: exercises/ is solutions/ with every marked solution region replaced by a TODO.
+
+Marker format (docs/authoring.md):
+
+    // BEGIN SOLUTION: <what to do>          -> DISTLAB_TODO("<what to do>");  (same indentation)
+    ...reference code...
+    // END SOLUTION
+
+    // BEGIN SOLUTION DECL: <what to do>     -> // TODO: <what to do>
+    ...members or helpers only the solution needs...
+    // END SOLUTION
+
+Markers are recognised in C++ files only; every other file is copied unchanged. Regions do not
+nest; an unmatched or nested marker is an error naming file:line.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import DistlabError
+from .paths import CXX_EXTENSIONS, EXERCISES, ROOT, SOLUTIONS, rel
+
+_BEGIN = re.compile(r"^(?P<indent>[ \t]*)//[ \t]*BEGIN SOLUTION(?P<decl>[ \t]+DECL)?[ \t]*"
+                    r"(?::[ \t]*(?P<text>.*?))?[ \t]*$")
+_END = re.compile(r"^[ \t]*//[ \t]*END SOLUTION[ \t]*$")
+_MENTION = re.compile(r"^[ \t]*//.*\b(BEGIN|END) SOLUTION\b")
+
+DEFAULT_TODO = "write this part (see the module README)"
+
+
+class MarkerError(DistlabError):
+    """A malformed solution marker; the message names file:line."""
+
+
+def _c_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def strip_solutions(text: str, name: str = "<text>") -> str:
+    """Returns text with every solution region replaced by its TODO (see the module docstring)."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    open_at: int | None = None
+    for number, line in enumerate(lines, start=1):
+        body = line.rstrip("\r\n")
+        newline = line[len(body):] or "\n"
+        begin = _BEGIN.match(body)
+        if begin:
+            if open_at is not None:
+                raise MarkerError(f"{name}:{number}: BEGIN SOLUTION inside the region opened at "
+                                  f"line {open_at}; regions do not nest: close it with "
+                                  f"'// END SOLUTION' first")
+            open_at = number
+            indent = begin.group("indent")
+            what = (begin.group("text") or "").strip() or DEFAULT_TODO
+            if begin.group("decl"):
+                out.append(f"{indent}// TODO: {what}{newline}")
+            else:
+                out.append(f'{indent}DISTLAB_TODO("{_c_string(what)}");{newline}')
+            continue
+        if _END.match(body):
+            if open_at is None:
+                raise MarkerError(f"{name}:{number}: END SOLUTION without a BEGIN SOLUTION above it")
+            open_at = None
+            continue
+        if _MENTION.match(body):
+            raise MarkerError(f"{name}:{number}: malformed solution marker {body.strip()!r}; "
+                              f"write '// BEGIN SOLUTION: <what to do>', "
+                              f"'// BEGIN SOLUTION DECL: <what to do>' or '// END SOLUTION' "
+                              f"alone on the line")
+        if open_at is None:
+            out.append(line)
+    if open_at is not None:
+        raise MarkerError(f"{name}:{open_at}: BEGIN SOLUTION is never closed; "
+                          f"add '// END SOLUTION' after the reference code")
+    return "".join(out)
+
+
+def has_markers(text: str) -> bool:
+    return any(_BEGIN.match(l) for l in text.splitlines())
+
+
+def _files(tree: Path) -> list[Path]:
+    """Regular files under tree, relative to it, sorted (ignores editor and Python droppings)."""
+    found: list[Path] = []
+    if not tree.is_dir():
+        return found
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames[:] = sorted(d for d in dirnames if d not in ("__pycache__", ".git"))
+        for f in sorted(filenames):
+            if f.endswith((".pyc", "~", ".swp")) or f == ".DS_Store":
+                continue
+            found.append((Path(dirpath) / f).relative_to(tree))
+    return found
+
+
+def generate(solutions: Path = SOLUTIONS) -> dict[Path, bytes]:
+    """The exercises/ tree that solutions/ generates: relative path -> content."""
+    if not solutions.is_dir():
+        raise DistlabError(f"{rel(solutions)} does not exist: stubs are generated from the reference "
+                           f"solutions, which a student repository does not have")
+    result: dict[Path, bytes] = {}
+    errors: list[str] = []
+    for relpath in _files(solutions):
+        data = (solutions / relpath).read_bytes()
+        if relpath.suffix in CXX_EXTENSIONS:
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                errors.append(f"{rel(solutions / relpath)}: not UTF-8 text")
+                continue
+            try:
+                data = strip_solutions(text, rel(solutions / relpath)).encode("utf-8")
+            except MarkerError as e:
+                errors.append(str(e))
+                continue
+        result[relpath] = data
+    if errors:
+        raise MarkerError("solution markers are malformed (nothing was written):\n  " +
+                          "\n  ".join(errors))
+    return result
+
+
+@dataclass
+class Drift:
+    """How exercises/ differs from what `sync` would write."""
+    changed: list[Path] = field(default_factory=list)
+    missing: list[Path] = field(default_factory=list)
+    extra: list[Path] = field(default_factory=list)
+    diffs: dict[Path, list[str]] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (self.changed or self.missing or self.extra)
+
+
+def compare(wanted: dict[Path, bytes], exercises: Path = EXERCISES) -> Drift:
+    drift = Drift()
+    present = set(_files(exercises))
+    for relpath, data in sorted(wanted.items()):
+        target = exercises / relpath
+        if relpath not in present:
+            drift.missing.append(relpath)
+            continue
+        have = target.read_bytes()
+        if have != data:
+            drift.changed.append(relpath)
+            a = have.decode("utf-8", "replace").splitlines()
+            b = data.decode("utf-8", "replace").splitlines()
+            drift.diffs[relpath] = list(difflib.unified_diff(
+                a, b, f"exercises/{relpath}", f"(generated) exercises/{relpath}", lineterm="", n=1))
+    drift.extra = sorted(present - set(wanted))
+    return drift
+
+
+def sync(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES, verbose: bool = True) -> Drift:
+    """Writes exercises/ from solutions/; touches only files whose content changes (so builds stay
+    incremental) and removes files that solutions/ no longer has. Returns what it changed."""
+    wanted = generate(solutions)
+    drift = compare(wanted, exercises)
+    for relpath in drift.changed + drift.missing:
+        target = exercises / relpath
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(wanted[relpath])
+        shutil.copymode(solutions / relpath, target)
+    for relpath in drift.extra:
+        (exercises / relpath).unlink()
+    # Drop folders left empty by removed files.
+    if exercises.is_dir():
+        for dirpath, _dirs, _files_ in sorted(os.walk(exercises), key=lambda t: -len(t[0])):
+            p = Path(dirpath)
+            if p != exercises and not any(p.iterdir()):
+                p.rmdir()
+    if verbose:
+        for relpath in drift.missing:
+            print(f"  added    exercises/{relpath}")
+        for relpath in drift.changed:
+            print(f"  updated  exercises/{relpath}")
+        for relpath in drift.extra:
+            print(f"  removed  exercises/{relpath} (not in solutions/)")
+        n = len(wanted)
+        todo = sum(1 for p, d in wanted.items() if p.suffix in CXX_EXTENSIONS and b"DISTLAB_TODO(" in d)
+        if drift.empty():
+            print(f"exercises/ is up to date ({n} files, {todo} with TODOs)")
+        else:
+            print(f"exercises/ regenerated: {len(drift.missing)} added, {len(drift.changed)} updated, "
+                  f"{len(drift.extra)} removed ({n} files, {todo} with TODOs)")
+    return drift
+
+
+def check(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES, max_diff_lines: int = 12) -> int:
+    """`./distlab check --stubs`: 0 when exercises/ is exactly what sync would write, else 1 with a
+    summary of the drift."""
+    wanted = generate(solutions)
+    drift = compare(wanted, exercises)
+    if drift.empty():
+        print(f"stubs in sync: exercises/ matches solutions/ ({len(wanted)} files)")
+        return 0
+    print("exercises/ drifted from solutions/ (exercises/ is generated: run ./distlab sync, "
+          "and edit solutions/ instead):")
+    for relpath in drift.missing:
+        print(f"  missing  exercises/{relpath}")
+    for relpath in drift.extra:
+        print(f"  extra    exercises/{relpath} (no solutions/{relpath})")
+    for relpath in drift.changed:
+        print(f"  differs  exercises/{relpath}")
+        diff = drift.diffs.get(relpath, [])
+        for line in diff[2:2 + max_diff_lines]:
+            print(f"           {line}")
+        if len(diff) > 2 + max_diff_lines:
+            print(f"           ... ({len(diff) - 2 - max_diff_lines} more diff lines)")
+    print(f"{len(drift.missing)} missing, {len(drift.extra)} extra, {len(drift.changed)} differ")
+    return 1
+
+
+__all__ = ["strip_solutions", "generate", "compare", "sync", "check", "Drift", "MarkerError",
+           "ROOT"]
