@@ -1,0 +1,89 @@
+"""`./distlab doctor`: what is installed (with versions), what is missing and how to install it."""
+from __future__ import annotations
+
+import glob
+import re
+import shutil
+import subprocess
+import sys
+
+from . import deps
+
+
+def _first_line(cmd: list[str], pick: int = 0) -> str:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [l.strip() for l in (r.stdout + r.stderr).splitlines() if l.strip()]
+    return lines[pick] if lines else ""
+
+
+def _nccl_version() -> str:
+    for header in sorted(glob.glob("/usr/include/nccl.h") + glob.glob("/usr/local/include/nccl.h") +
+                         glob.glob("/usr/local/cuda*/include/nccl.h")):
+        try:
+            text = open(header, encoding="utf-8", errors="replace").read()
+        except OSError:
+            continue
+        parts = [re.search(rf"#define NCCL_{k}\s+(\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            return ".".join(p.group(1) for p in parts if p) + f" ({header})"
+        return header
+    return ""
+
+
+def _row(name: str, ok: bool, detail: str, note: str = "") -> None:
+    mark = "ok  " if ok else "--  "
+    print(f"  {mark}{name:<34} {detail}{('  ' + note) if note else ''}")
+
+
+def main(install: bool = False) -> int:
+    print("distlab doctor: tools and libraries\n")
+    versions = {
+        "g++": lambda: _first_line(["g++", "--version"]),
+        "cmake": lambda: _first_line(["cmake", "--version"]),
+        "ninja-build": lambda: _first_line(["ninja", "--version"]),
+        "openmpi-bin": lambda: _first_line(["mpirun", "--version"]),
+        "python3": lambda: f"Python {sys.version.split()[0]} ({sys.executable})",
+    }
+    for r in deps.REQUIREMENTS:
+        ok = r.present()
+        detail = versions[r.package]() if ok and r.package in versions else ("found" if ok else "missing")
+        _row(r.what, ok, detail, "" if ok else f"(Debian package {r.package}" +
+             (", optional)" if r.optional else ")"))
+
+    print("\n  GPU backends (optional; the threads backend needs none of this)")
+    nvcc = shutil.which("nvcc") or next(iter(glob.glob("/usr/local/cuda*/bin/nvcc")), "")
+    _row("CUDA toolkit (nvcc)", bool(nvcc),
+         _first_line([nvcc, "--version"], -1) if nvcc else "not found",
+         "" if nvcc else "(NVIDIA CUDA toolkit; needed only for the NCCL backend)")
+    nccl = _nccl_version()
+    _row("NCCL", bool(nccl), nccl or "not found", "" if nccl else "(libnccl-dev from NVIDIA's repository)")
+    gpus = ""
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+            gpus = "; ".join(l.strip() for l in out.stdout.splitlines() if l.strip())
+        except (OSError, subprocess.TimeoutExpired):
+            gpus = ""
+    _row("GPUs (nvidia-smi)", bool(gpus), gpus or "none seen (NCCL tests will be skipped)")
+
+    need = deps.missing(include_optional=False)
+    optional = [r for r in deps.missing(include_optional=True) if r.optional]
+    print()
+    if install and (need or optional):
+        deps.ensure(include_optional=True)
+        print("installed; run ./distlab doctor again to see the result")
+        return 0
+    if need:
+        packages = sorted({r.package for r in need})
+        print(f"missing: {', '.join(r.what for r in need)}")
+        print(f"install with:\n    {deps.install_line(packages)}\n(or ./distlab doctor --install as root; "
+              f"./distlab build/grade/test install them by themselves when run as root)")
+        return 1
+    print("everything the kit needs is installed.")
+    if optional:
+        print(f"optional: {', '.join(r.what for r in optional)}: "
+              f"{deps.install_line(sorted({r.package for r in optional}))}")
+    return 0

@@ -1,0 +1,197 @@
+"""Running one graded item: a GoogleTest binary with a filter, as its own process group.
+
+Whatever the test does (crash, hang, deadlock, flood of output, exit), the grader gets back an
+Outcome with a short reason, and nothing is left running."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+OUTPUT_CAP = 10 * 1024            # bytes of output kept per test ("output truncated" beyond)
+FLOOD_LIMIT = 1024 * 1024         # more output than this fails the test at once ("output flood")
+TAIL_KEEP = 2 * 1024              # of the kept output, this much comes from the end
+
+
+@dataclass
+class Outcome:
+    passed: bool
+    reason: str          # one line; "" when passed
+    output: str          # what the student reads: failures, then (capped) program output
+    seconds: float
+    tests_run: int = 0
+
+
+def signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+class _Capture(threading.Thread):
+    """Drains a pipe, keeping the first and last bytes; flags a flood."""
+
+    def __init__(self, pipe, on_flood) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(daemon=True)
+        self.pipe = pipe
+        self.on_flood = on_flood
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.flooded = False
+
+    def run(self) -> None:
+        head_cap = OUTPUT_CAP - TAIL_KEEP
+        try:
+            while True:
+                chunk = self.pipe.read1(65536) if hasattr(self.pipe, "read1") else self.pipe.read(65536)
+                if not chunk:
+                    break
+                self.total += len(chunk)
+                if len(self.head) < head_cap:
+                    self.head += chunk[: head_cap - len(self.head)]
+                self.tail = (self.tail + chunk)[-TAIL_KEEP:]
+                if self.total > FLOOD_LIMIT and not self.flooded:
+                    self.flooded = True
+                    self.on_flood()
+        except (OSError, ValueError):
+            pass
+
+    def text(self) -> str:
+        if self.total <= OUTPUT_CAP:
+            data = bytes(self.head) + bytes(self.tail)[len(self.tail) - (self.total - len(self.head)):] \
+                if self.total > len(self.head) else bytes(self.head)
+            return data.decode("utf-8", "replace")
+        return (self.head.decode("utf-8", "replace") +
+                f"\n... [output truncated: {self.total} bytes in all, showing the first "
+                f"{len(self.head)} and the last {len(self.tail)}] ...\n" +
+                self.tail.decode("utf-8", "replace"))
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+
+
+def _parse_xml(path: Path) -> tuple[int, int, list[str], list[str]] | None:
+    """(tests run, failed, failure messages, skip messages) from a gtest XML report."""
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError):
+        return None
+    run = failed = 0
+    failures: list[str] = []
+    skips: list[str] = []
+    for case in root.iter("testcase"):
+        if case.get("status", "run") != "run":
+            continue  # DISABLED_ tests
+        skipped = case.find("skipped")
+        if case.get("result") == "skipped" or skipped is not None:
+            skips.append(f"{case.get('classname')}.{case.get('name')}: " +
+                         ((skipped.get("message") or skipped.text or "") if skipped is not None else ""))
+            continue
+        run += 1
+        fails = case.findall("failure") + case.findall("error")
+        if fails:
+            failed += 1
+            for f in fails:
+                msg = (f.text or f.get("message") or "").strip()
+                failures.append(f"{case.get('classname')}.{case.get('name')}: {msg}")
+    return run, failed, failures, skips
+
+
+def _headline(failures: list[str], output: str) -> str:
+    """The most telling line: fake_dist's deadlock/timeout report, a TODO, or the first failure."""
+    text = "\n".join(failures) + "\n" + output
+    for key in ("deadlock:", "not implemented:", "TimeoutError", "timed out"):
+        for line in text.splitlines():
+            if key in line:
+                line = line.strip()
+                start = line.find(key) if key in ("deadlock:", "not implemented:") else 0
+                line = line[start:]
+                for tail in ('" thrown in the test body.', '" thrown in SetUp().', '" thrown in TearDown().'):
+                    if line.endswith(tail):
+                        line = line[: -len(tail)]
+                return line[:240]
+    for f in failures:
+        for line in f.splitlines()[1:] + f.splitlines()[:1]:
+            if line.strip() and not line.strip().endswith(":"):
+                return line.strip()[:240]
+    return "test failed"
+
+
+def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
+             env: dict[str, str] | None = None, strip_prefix: str = "") -> Outcome:
+    """Runs `binary --gtest_filter=...` with a time limit and returns what happened."""
+    t0 = time.monotonic()
+    if not binary.is_file():
+        return Outcome(False, f"test program {binary.name} was not built", "", 0.0)
+    with tempfile.TemporaryDirectory(prefix="distlab-test-") as tmp:
+        xml = Path(tmp) / "report.xml"
+        cmd = [str(binary), f"--gtest_filter={gtest_filter}", f"--gtest_output=xml:{xml}",
+               "--gtest_color=no", "--gtest_brief=0"]
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        try:
+            proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        except OSError as e:
+            return Outcome(False, f"could not start {binary.name}: {e}", "", 0.0)
+        cap = _Capture(proc.stdout, lambda: _kill_group(proc.pid))
+        cap.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_group(proc.pid)  # the test, and anything it started
+        proc.wait()
+        cap.join(timeout=5)
+        if proc.stdout:
+            proc.stdout.close()
+        seconds = time.monotonic() - t0
+        output = cap.text()
+        if strip_prefix:
+            output = output.replace(strip_prefix, "")
+        parsed = None if (timed_out or cap.flooded) else _parse_xml(xml)
+
+    rc = proc.returncode
+    tsan = "WARNING: ThreadSanitizer" in output
+    if cap.flooded:
+        return Outcome(False, f"output flood: more than {FLOOD_LIMIT // 1024} KiB written; killed",
+                       output, seconds)
+    if timed_out:
+        return Outcome(False, f"timed out after {timeout_s:g} s (killed); look for a loop or a "
+                       f"wait that never ends", output, seconds)
+    if tsan:
+        return Outcome(False, "data race reported by ThreadSanitizer", output, seconds)
+    if rc is not None and rc < 0:
+        return Outcome(False, f"crashed: {signal_name(rc)}", output, seconds)
+    if parsed is None:
+        return Outcome(False, f"exited with status {rc} before writing its test report", output, seconds)
+    run, failed, failures, skips = parsed
+    if strip_prefix:
+        failures = [f.replace(strip_prefix, "") for f in failures]
+    if run == 0 and not skips:
+        return Outcome(False, f"no test matched the filter '{gtest_filter}' (a manifest error: "
+                       f"tell your instructor)", output, seconds)
+    if failed:
+        details = "\n\n".join(f[:1500] for f in failures[:5])
+        if len(failures) > 5:
+            details += f"\n\n... and {len(failures) - 5} more failures"
+        return Outcome(False, _headline(failures, output), details, seconds, run)
+    if skips:
+        return Outcome(False, "skipped: " + skips[0][:200], output, seconds, run)
+    if rc != 0:
+        return Outcome(False, f"exited with status {rc}", output, seconds, run)
+    return Outcome(True, "", output if len(output) < 2000 else "", seconds, run)

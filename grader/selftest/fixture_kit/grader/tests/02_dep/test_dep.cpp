@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "dep.hpp"
+TEST(Dep, Quadruple) { EXPECT_EQ(quadruple(3), 12); }

@@ -1,0 +1,3 @@
+#pragma once
+// Counts to n on `threads` threads (each adds n / threads); returns the total.
+long count_parallel(long n, int threads);
