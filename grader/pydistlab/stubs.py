@@ -28,7 +28,7 @@ from .paths import CXX_EXTENSIONS, EXERCISES, ROOT, SOLUTIONS, rel
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)//[ \t]*BEGIN SOLUTION(?P<decl>[ \t]+DECL)?[ \t]*"
                     r"(?::[ \t]*(?P<text>.*?))?[ \t]*$")
 _END = re.compile(r"^[ \t]*//[ \t]*END SOLUTION[ \t]*$")
-_MENTION = re.compile(r"^[ \t]*//.*\b(BEGIN|END) SOLUTION\b")
+_MENTION = re.compile(r"^[ \t]*//.*\b(BEGIN|END) SOLUTION")
 
 DEFAULT_TODO = "write this part (see the module README)"
 

@@ -1,0 +1,322 @@
+"""The grader's own tests: planted submissions graded on a miniature kit (fixture_kit/).
+
+The miniature kit has the real kit's conventions (manifest, module_<name> targets, DISTLAB_IMPL,
+TSan builds) but three tiny modules, so a grading run takes a few seconds. Its copy lives in
+build/selftest-kit/ and its build trees are reused between runs.
+
+Run: python3 -m unittest discover -s grader/selftest -v   (or as part of ./distlab test)
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "grader"))
+
+from pydistlab import manifest as mf  # noqa: E402
+from pydistlab import runner, stubs, tree  # noqa: E402
+
+KIT = Path(os.environ.get("DISTLAB_SELFTEST_KIT", ROOT / "build" / "selftest-kit"))
+
+SOLUTION = {
+    "exercises/01_fix/fix.cpp": (HERE / "fixture_kit/solutions/01_fix/fix.cpp").read_text(),
+    "exercises/02_dep/dep.cpp": (HERE / "fixture_kit/solutions/02_dep/dep.cpp").read_text(),
+    "exercises/03_race/race.cpp": (HERE / "fixture_kit/solutions/03_race/race.cpp").read_text(),
+}
+FIX_HEAD = '#include "fix.hpp"\n#include "todo.hpp"\n#include <cstdio>\n#include <stdexcept>\n'
+
+
+def fix_cpp(add_body: str, twice_body: str = "return add(a, a);") -> str:
+    return FIX_HEAD + f"int add(int a, int b) {{ {add_body} }}\nint twice(int a) {{ {twice_body} }}\n"
+
+
+def make_kit() -> None:
+    """Mirrors the miniature kit (with this checkout's distlab and pydistlab) into KIT."""
+    files: dict[str, Path | bytes] = {"distlab": ROOT / "distlab"}
+    for p in (ROOT / "grader" / "pydistlab").glob("*.py"):
+        files[f"grader/pydistlab/{p.name}"] = p
+    fixture = HERE / "fixture_kit"
+    for p in fixture.rglob("*"):
+        if p.is_file():
+            files[str(p.relative_to(fixture))] = p
+    # exercises/ generated the way the real kit generates it.
+    for relpath, data in stubs.generate(fixture / "solutions").items():
+        files[f"exercises/{relpath}"] = data
+    keep = {k: v for k, v in files.items()}
+    KIT.mkdir(parents=True, exist_ok=True)
+    # Keep build/ (the reused trees) while mirroring everything else.
+    build = KIT / "build"
+    parked = None
+    if build.exists():
+        parked = KIT.parent / (KIT.name + ".build-parked")
+        if parked.exists():
+            shutil.rmtree(parked)
+        build.rename(parked)
+    tree.mirror(keep, KIT)
+    if parked is not None:
+        parked.rename(build)
+    os.chmod(KIT / "distlab", 0o755)
+
+
+def distlab(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(KIT / "distlab"), *args], cwd=KIT, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+class GraderTestCase(unittest.TestCase):
+    tmp: Path
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        make_kit()
+        cls.tmp = Path(tempfile.mkdtemp(prefix="distlab-selftest-"))
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def grade(self, files: dict[str, str] | None = None, *extra: str, zip_path: Path | None = None,
+              modules: tuple[str, ...] = ()) -> tuple[dict, dict[str, dict]]:
+        """Grades a planted submission; returns (results.json, tests by name)."""
+        out = Path(tempfile.mkdtemp(dir=self.tmp))
+        if zip_path is None:
+            sub = Path(tempfile.mkdtemp(dir=self.tmp))
+            for rel_, text in (files or {}).items():
+                (sub / rel_).parent.mkdir(parents=True, exist_ok=True)
+                (sub / rel_).write_text(text)
+            target = sub
+        else:
+            target = zip_path
+        r = distlab("grade", *modules, "--submission", str(target), "--out", str(out), *extra)
+        self.assertEqual(r.returncode, 0, f"grader failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        data = json.loads((out / "results.json").read_text())
+        self.assertTrue((out / "junit.xml").is_file() and (out / "report.md").is_file())
+        return data, {t["name"]: t for t in data["tests"]}
+
+
+class TestGrading(GraderTestCase):
+    def test_solutions_score_full_marks_with_hidden(self) -> None:
+        out = self.tmp / "sol"
+        r = distlab("grade", "--solutions", "--hidden", "--out", str(out))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        data = json.loads((out / "results.json").read_text())
+        self.assertEqual(data["score"], 15)
+        self.assertTrue(all(t["status"] == "passed" for t in data["tests"]))
+        hidden = [t for t in data["tests"] if t["name"] == "01_fix/add_large"][0]
+        self.assertEqual(hidden["visibility"], "after_published")
+        self.assertIn("total", r.stdout)
+
+    def test_stubs_score_zero(self) -> None:
+        data, tests = self.grade({})
+        self.assertEqual(data["score"], 0)
+        self.assertIn("not implemented", tests["01_fix/add"]["output"])
+        self.assertIn("graded the stub", tests["01_fix/add"]["output"])
+
+    def test_compile_error_is_not_gradable_and_others_go_on(self) -> None:
+        files = dict(SOLUTION)
+        files["exercises/01_fix/fix.cpp"] = fix_cpp("return a + b +;")
+        data, tests = self.grade(files)
+        self.assertEqual(tests["01_fix/add"]["score"], 0)
+        self.assertIn("does not compile", tests["01_fix/add"]["output"])
+        self.assertIn("error", tests["01_fix/add"]["output"])
+        self.assertNotIn(str(KIT), tests["01_fix/add"]["output"])
+        # Instructor mode: 02_dep builds on the reference 01_fix, so it is graded on its own.
+        self.assertEqual(tests["02_dep/quadruple"]["status"], "passed")
+        self.assertEqual(tests["03_race/counts"]["status"], "passed")
+
+    def test_crash_names_the_signal(self) -> None:
+        files = {"exercises/01_fix/fix.cpp": fix_cpp("volatile int* p = nullptr; *p = a; return b;")}
+        _, tests = self.grade(files, modules=("01_fix",))
+        self.assertEqual(tests["01_fix/add"]["status"], "failed")
+        self.assertIn("crashed: SIGSEGV", tests["01_fix/add"]["output"])
+
+    def test_hang_is_killed_at_the_limit(self) -> None:
+        files = {"exercises/01_fix/fix.cpp": fix_cpp("return a + b;", "for (volatile int i = 0;; i = i + 1) {} return a;")}
+        _, tests = self.grade(files, modules=("01_fix",))
+        self.assertEqual(tests["01_fix/add"]["status"], "passed")
+        self.assertIn("timed out after 3 s", tests["01_fix/twice"]["output"])
+
+    def test_deadlock_message_is_reported(self) -> None:
+        msg = "deadlock: rank 0 blocked in send(dst=1, tag=0, 16 floats); rank 1 blocked in send(dst=0, tag=0, 16 floats)"
+        files = {"exercises/01_fix/fix.cpp": fix_cpp(f'throw std::runtime_error("{msg}");')}
+        _, tests = self.grade(files, modules=("01_fix",))
+        self.assertTrue(tests["01_fix/add"]["output"].startswith("failed: deadlock: rank 0 blocked in send"),
+                        tests["01_fix/add"]["output"][:300])
+
+    def test_output_flood_is_capped_and_fails(self) -> None:
+        files = {"exercises/01_fix/fix.cpp": fix_cpp('for (;;) std::puts("spam spam spam spam spam spam"); return 0;')}
+        _, tests = self.grade(files, modules=("01_fix",))
+        out = tests["01_fix/add"]["output"]
+        self.assertIn("output flood", out)
+        self.assertLess(len(out), 12 * 1024)
+        self.assertIn("output truncated", out)
+
+    def test_partial_failure_scores_zero(self) -> None:
+        files = {"exercises/01_fix/fix.cpp": fix_cpp("return a + b;", "return a > 0 ? 2 * a : 0;")}
+        _, tests = self.grade(files, modules=("01_fix",))
+        self.assertEqual(tests["01_fix/add"]["score"], 2)
+        self.assertEqual(tests["01_fix/twice"]["score"], 0)  # Twice passes, TwiceNegative fails
+
+    def test_tampered_tests_and_cmake_files_are_ignored(self) -> None:
+        files = {
+            "grader/tests/01_fix/test_fix.cpp": "#include <gtest/gtest.h>\nTEST(Fix, Add) {}\nTEST(Fix, Twice) {}\n",
+            "exercises/01_fix/CMakeLists.txt": "distlab_module(01_fix SOURCES fake.cpp)\n",
+            "grader/manifest.toml": "[kit]\nmodules = []\n",
+            "exercises/01_fix/fix.cpp": fix_cpp('DISTLAB_TODO("x");', 'DISTLAB_TODO("y");'),
+        }
+        data, tests = self.grade(files, modules=("01_fix",))
+        self.assertEqual(data["score"], 0)
+        self.assertIn("not implemented", tests["01_fix/add"]["output"])
+
+    def test_missing_files_fall_back_to_the_stub(self) -> None:
+        data, tests = self.grade({"exercises/02_dep/dep.cpp": SOLUTION["exercises/02_dep/dep.cpp"]})
+        self.assertEqual(tests["02_dep/quadruple"]["status"], "passed")
+        self.assertIn("exercises/01_fix/fix.cpp: not in the submission; graded the stub",
+                      tests["01_fix/add"]["output"])
+        self.assertEqual(tests["01_fix/add"]["score"], 0)
+
+    def test_corrupt_zip_grades_stubs_and_says_so(self) -> None:
+        bad = self.tmp / "corrupt.zip"
+        bad.write_bytes(b"PK\x03\x04 this is not really a zip archive" * 10)
+        data, _ = self.grade(zip_path=bad, modules=("01_fix",))
+        self.assertEqual(data["score"], 0)
+        self.assertIn("could not be read", data["output"])
+
+    def test_zip_with_a_top_folder(self) -> None:
+        z = self.tmp / "with-folder.zip"
+        with zipfile.ZipFile(z, "w") as zf:
+            zf.writestr("my-repo/exercises/01_fix/fix.cpp", SOLUTION["exercises/01_fix/fix.cpp"])
+            zf.writestr("../evil.cpp", "int x;")
+        data, tests = self.grade(zip_path=z, modules=("01_fix",))
+        self.assertEqual(data["score"], 5)
+        self.assertIn("taken from my-repo/exercises/01_fix/fix.cpp", tests["01_fix/add"]["output"])
+
+    def test_data_race_fails_under_tsan(self) -> None:
+        racy = ('#include "race.hpp"\n#include <thread>\n#include <vector>\n'
+                'long count_parallel(long n, int threads) {\n  long total = 0;\n'
+                '  std::vector<std::thread> pool;\n  for (int t = 0; t < threads; ++t)\n'
+                '    pool.emplace_back([&] { for (long i = 0; i < n / threads; ++i) { long v = total; '
+                'std::this_thread::yield(); total = v + 1; } });\n'
+                '  for (auto& th : pool) th.join();\n  return n;\n}\n')
+        _, tests = self.grade({"exercises/03_race/race.cpp": racy}, modules=("03_race",))
+        self.assertEqual(tests["03_race/counts"]["status"], "failed")
+        self.assertIn("data race", tests["03_race/counts"]["output"])
+
+    def test_batch_mode_writes_a_gradebook(self) -> None:
+        batch = self.tmp / "batch"
+        (batch / "alice/exercises/01_fix").mkdir(parents=True)
+        (batch / "alice/exercises/01_fix/fix.cpp").write_text(SOLUTION["exercises/01_fix/fix.cpp"])
+        (batch / "bob").mkdir()
+        (batch / "carol.zip").write_bytes(b"garbage")
+        gradebook = self.tmp / "grades.csv"
+        r = distlab("grade", "01_fix", "--submissions", str(batch), "--csv", str(gradebook))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with gradebook.open() as f:
+            rows = {row["submission"]: row for row in csv.DictReader(f)}
+        self.assertEqual(rows["alice"]["total"], "5")
+        self.assertEqual(rows["bob"]["total"], "0")
+        self.assertEqual(rows["carol"]["total"], "0")
+        self.assertIn("could not be read", rows["carol"]["status"])
+
+
+class TestStudentMode(GraderTestCase):
+    def test_blocked_by_an_earlier_module(self) -> None:
+        fix = KIT / "exercises/01_fix/fix.cpp"
+        dep = KIT / "exercises/02_dep/dep.cpp"
+        saved = fix.read_text(), dep.read_text()
+        try:
+            fix.write_text(fix_cpp("return a + b +;"))
+            dep.write_text(SOLUTION["exercises/02_dep/dep.cpp"])
+            out = self.tmp / "student"
+            r = distlab("grade", "01_fix", "02_dep", "--out", str(out))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            data = json.loads((out / "results.json").read_text())
+            tests = {t["name"]: t for t in data["tests"]}
+            self.assertIn("does not compile", tests["01_fix/add"]["output"])
+            self.assertIn("blocked by 01_fix", tests["02_dep/quadruple"]["output"])
+        finally:
+            fix.write_text(saved[0])
+            dep.write_text(saved[1])
+
+
+class TestRunner(unittest.TestCase):
+    def test_filter_matching_nothing_fails(self) -> None:
+        binary = KIT / "build/grade/solutions/build/bin/test_01_fix"
+        if not binary.is_file():
+            r = distlab("grade", "--solutions", "01_fix", "--quiet")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        oc = runner.run_test(binary, "NoSuchTest.*", 10, KIT)
+        self.assertFalse(oc.passed)
+        self.assertIn("no test matched", oc.reason)
+        ok = runner.run_test(binary, "Fix.Add", 10, KIT)
+        self.assertTrue(ok.passed, ok.reason)
+
+    def test_missing_binary_fails(self) -> None:
+        oc = runner.run_test(KIT / "no/such/binary", "*", 5, KIT)
+        self.assertFalse(oc.passed)
+        self.assertIn("was not built", oc.reason)
+
+
+class TestStubsAndManifest(unittest.TestCase):
+    def test_regions_become_todos(self) -> None:
+        src = ("int f() {\n  // BEGIN SOLUTION: return the answer\n  return 42;\n  // END SOLUTION\n}\n"
+               "struct S {\n    // BEGIN SOLUTION DECL: add the members you need\n    int x;\n"
+               "    // END SOLUTION\n};\n")
+        out = stubs.strip_solutions(src, "f.cpp")
+        self.assertIn('  DISTLAB_TODO("return the answer");\n', out)
+        self.assertIn("    // TODO: add the members you need\n", out)
+        self.assertNotIn("42", out)
+        self.assertNotIn("int x;", out)
+
+    def test_bad_markers_name_file_and_line(self) -> None:
+        for text, line in [("// BEGIN SOLUTION: a\n// BEGIN SOLUTION: b\n// END SOLUTION\n", 2),
+                           ("x\n// END SOLUTION\n", 2), ("\n\n// BEGIN SOLUTION: open\n", 3),
+                           ("// BEGIN SOLUTIONS here\n", 1)]:
+            with self.assertRaises(stubs.MarkerError) as cm:
+                stubs.strip_solutions(text, "a.cpp")
+            self.assertIn(f"a.cpp:{line}:", str(cm.exception))
+
+    def test_check_detects_drift_and_extra_files(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            sol, ex = Path(d) / "solutions", Path(d) / "exercises"
+            (sol / "m").mkdir(parents=True)
+            (sol / "m/a.cpp").write_text("void f() {\n  // BEGIN SOLUTION: do it\n  g();\n  // END SOLUTION\n}\n")
+            stubs.sync(sol, ex, verbose=False)
+            self.assertTrue(stubs.compare(stubs.generate(sol), ex).empty())
+            (ex / "m/a.cpp").write_text("edited by hand\n")
+            (ex / "m/extra.cpp").write_text("\n")
+            drift = stubs.compare(stubs.generate(sol), ex)
+            self.assertEqual(drift.changed, [Path("m/a.cpp")])
+            self.assertEqual(drift.extra, [Path("m/extra.cpp")])
+
+    def test_strip_hidden(self) -> None:
+        text = (HERE / "fixture_kit/grader/manifest.toml").read_text()
+        stripped = mf.strip_hidden(text)
+        self.assertNotIn("add_large", stripped)
+        self.assertNotIn("hidden_binary", stripped)
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "manifest.toml"
+            p.write_text(stripped)
+            m = mf.load(p)
+            self.assertEqual([t.name for t in m.modules["01_fix"].tests], ["add", "twice"])
+            self.assertEqual(m.modules["02_dep"].prerequisites, ["01_fix"])
+
+    def test_real_manifest_loads(self) -> None:
+        m = mf.load()
+        for mod in m.modules.values():
+            for t in mod.tests:
+                self.assertGreater(t.points, 0, t.full_name)
+
+
+if __name__ == "__main__":
+    unittest.main()
