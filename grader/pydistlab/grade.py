@@ -36,7 +36,6 @@ BASE_CACHE = {
     "DISTLAB_NATIVE": "ON",
     "DISTLAB_IMPL": "exercises",
     "DISTLAB_BUILD_TESTS": "ON",
-    "DISTLAB_WITH_MPI": "OFF",
     "DISTLAB_WITH_NCCL": "OFF",
 }
 TSAN_CACHE = dict(BASE_CACHE, CMAKE_BUILD_TYPE="RelWithDebInfo", DISTLAB_SANITIZE="thread",
@@ -92,6 +91,7 @@ class GradeRun:
     modules: list[ModuleResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)   # compiler warnings seen while building
 
     @property
     def score(self) -> float:
@@ -119,6 +119,23 @@ def _reference_path(owned: str) -> Path:
     if parts and parts[0] == "exercises":
         return SOLUTIONS.joinpath(*parts[1:])
     return ROOT / owned
+
+
+def solution_overlay(modules: list[str], man: mf.Manifest) -> dict[str, bytes]:
+    """The reference implementation of each module: every file of solutions/<module>/ put at
+    exercises/<module>/, plus owned files outside exercises/ as the kit has them."""
+    overlay: dict[str, bytes] = {}
+    for name in modules:
+        folder = SOLUTIONS / name
+        if folder.is_dir():
+            for f in sorted(folder.rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts:
+                    overlay[f"exercises/{name}/{f.relative_to(folder).as_posix()}"] = f.read_bytes()
+        mod = man.modules.get(name)
+        for owned in (mod.owned if mod else []):
+            if not owned.startswith("exercises/") and (ROOT / owned).is_file():
+                overlay[owned] = (ROOT / owned).read_bytes()
+    return overlay
 
 
 def _tree_files(hidden: bool) -> dict[str, Path | bytes]:
@@ -222,7 +239,7 @@ def _configure(tb: TreeBuild, build_dir: Path, cache: dict[str, str], say: Progr
 
 def _build_modules(tb: TreeBuild, build_dir: Path, cache: dict[str, str], names: list[str],
                    results: dict[str, ModuleResult], man: mf.Manifest, mode: str, say: Progress,
-                   label: str = "") -> list[str]:
+                   label: str = "", warnings: list[str] | None = None) -> list[str]:
     """Builds module_<name> for each name; returns the names that built. Failures and blocked
     modules are recorded in results (for the plain build) or as notes (tsan)."""
     _configure(tb, build_dir, cache, say)
@@ -238,6 +255,9 @@ def _build_modules(tb: TreeBuild, build_dir: Path, cache: dict[str, str], names:
         t0 = time.monotonic()
         bulk = cmake.build(build_dir, [f"module_{n}" for n in present], keep_going=True)
         say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
+        if warnings is not None:
+            warnings.extend(l.replace(str(tb.src) + "/", "") for l in bulk.output.splitlines()
+                            if "warning:" in l)
         for n in present:
             results[n].build_seconds += bulk.seconds / len(present)
     built: list[str] = []
@@ -351,16 +371,17 @@ def grade(module_names: list[str], mode: str, submission_path: Path | None = Non
     for index, assignment in enumerate(trees):
         tree_id = base_id if index == 0 else f"{base_id}-{index + 1}"
         overlay: dict[str, bytes] = {}
+        if mode == "solutions":
+            # Every module is the reference (not only the selected ones), so the tree never changes.
+            overlay.update(solution_overlay(man.order, man))
         for name, role in assignment.items():
             mod = man.modules.get(name)
-            if mod is None:
+            if role == "ref" and mode != "solutions":
+                overlay.update(solution_overlay([name], man))
+            if mod is None or role == "ref" or mode == "solutions":
                 continue
             for owned in mod.owned:
-                if role == "ref" or mode == "solutions":
-                    ref = _reference_path(owned)
-                    if ref.is_file():
-                        overlay[owned] = ref.read_bytes()
-                elif mode == "submission" and sub is not None:
+                if mode == "submission" and sub is not None:
                     if owned in sub.files:
                         overlay[owned] = sub.files[owned]
                         if owned in sub.found_as and name in results:
@@ -373,7 +394,8 @@ def grade(module_names: list[str], mode: str, submission_path: Path | None = Non
         lock = _lock(BUILD / "grade" / tree_id / ".lock", say)
         try:
             tb = prepare_tree(tree_id, overlay, hidden, say)
-            built = _build_modules(tb, tb.build, BASE_CACHE, graded_here, results, man, mode, say)
+            built = _build_modules(tb, tb.build, BASE_CACHE, graded_here, results, man, mode, say,
+                                   warnings=run.warnings)
             tsan_mods = [n for n in built if "thread" in results[n].module.sanitizers]
             tsan_built: list[str] = []
             if tsan_mods:

@@ -1,0 +1,184 @@
+"""`./distlab golden [MODULE...] [--check]`: reference outputs in grader/golden/<module>/.
+
+Convention (see grader/manifest.toml): a module with reference outputs has a generator program,
+the CMake target `golden_<module>` (or the manifest's golden_target), built from solutions/ and
+run as `golden_<module> OUTDIR [golden_args...]`; it writes every file of grader/golden/<module>/.
+`golden` rewrites that folder; `golden --check` (run by ./distlab test) generates into a temporary
+folder and compares: the same file names, .npy arrays and numbers in text files within the
+module's golden_rtol / golden_atol, everything else byte for byte.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import cmake, grade, manifest as mf
+from .errors import DistlabError
+from .paths import ROOT, is_release, rel
+
+GOLDEN = ROOT / "grader" / "golden"
+_NPY_TYPES = {"f4": "f", "f8": "d", "i4": "i", "i8": "q", "u1": "B", "i1": "b", "u4": "I", "u8": "Q"}
+
+
+def read_npy(data: bytes) -> tuple[tuple[int, ...], list[float]]:
+    """Shape and values of a little-endian numeric .npy file (the formats the kit writes)."""
+    if data[:6] != b"\x93NUMPY":
+        raise ValueError("not a .npy file")
+    major = data[6]
+    if major == 1:
+        hlen = struct.unpack("<H", data[8:10])[0]
+        start = 10
+    else:
+        hlen = struct.unpack("<I", data[8:12])[0]
+        start = 12
+    header = ast.literal_eval(data[start:start + hlen].decode("latin1"))
+    descr = header["descr"]
+    if descr[0] not in "<|" or descr[1:] not in _NPY_TYPES:
+        raise ValueError(f"unsupported dtype {descr}")
+    code = _NPY_TYPES[descr[1:]]
+    shape = tuple(header["shape"])
+    count = math.prod(shape) if shape else 1
+    body = data[start + hlen:]
+    values = list(struct.unpack(f"<{count}{code}", body[:count * struct.calcsize(code)]))
+    return shape, values
+
+
+def _close(a: float, b: float, rtol: float, atol: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return abs(a - b) <= atol + rtol * abs(b)
+
+
+_NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf", re.IGNORECASE)
+
+
+def compare_file(got: bytes, want: bytes, name: str, rtol: float, atol: float) -> str:
+    """"" when got reproduces want, else what differs."""
+    if got == want:
+        return ""
+    if name.endswith(".npy"):
+        try:
+            gs, gv = read_npy(got)
+            ws, wv = read_npy(want)
+        except (ValueError, SyntaxError, KeyError, struct.error) as e:
+            return f"{name}: cannot compare ({e})"
+        if gs != ws:
+            return f"{name}: shape {gs}, expected {ws}"
+        for i, (g, w) in enumerate(zip(gv, wv)):
+            if not _close(float(g), float(w), rtol, atol):
+                return f"{name}: element {i} is {g}, expected {w} (rtol {rtol:g}, atol {atol:g})"
+        return ""
+    try:
+        gt, wt = got.decode("utf-8"), want.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{name}: binary content differs"
+    gtok, wtok = _NUM.split(gt), _NUM.split(wt)
+    gnum, wnum = _NUM.findall(gt), _NUM.findall(wt)
+    if gtok != wtok or len(gnum) != len(wnum):
+        return f"{name}: text differs (not only in numbers)"
+    for i, (g, w) in enumerate(zip(gnum, wnum)):
+        if not _close(float(g), float(w), rtol, atol):
+            return f"{name}: number {i} is {g}, expected {w} (rtol {rtol:g}, atol {atol:g})"
+    return ""
+
+
+def _modules_with_generators(man: mf.Manifest, names: list[str], known: set[str]) -> list[tuple[mf.Module, str]]:
+    picked = man.select(names) if names else [man.modules[n] for n in man.order if n in man.modules]
+    out = []
+    for m in picked:
+        target = m.golden_target or f"golden_{m.name}"
+        if target in known:
+            out.append((m, target))
+        elif names:
+            raise DistlabError(f"{m.name} has no reference-output generator (no CMake target {target})")
+    return out
+
+
+def _build(say: grade.Progress) -> tuple[grade.TreeBuild, set[str]]:
+    """The solutions tree of the grader (shared with `grade --solutions`)."""
+    man = mf.load()
+    overlay = grade.solution_overlay(man.order, man)
+    lock = grade._lock(ROOT / "build" / "grade" / "solutions" / ".lock", say)
+    try:
+        tb = grade.prepare_tree("solutions", overlay, hidden=(ROOT / "grader" / "hidden").is_dir(), say=say)
+        grade._configure(tb, tb.build, grade.BASE_CACHE, say)
+    finally:
+        lock.close()
+    return tb, cmake.targets(tb.build)
+
+
+def run_generators(names: list[str], check: bool, quiet: bool = False) -> tuple[int, int]:
+    """Regenerates (or checks) the reference outputs; returns (modules ok, modules failed)."""
+    if is_release():
+        raise DistlabError("reference outputs are generated from solutions/, which a student "
+                           "repository does not have")
+    say = grade.Progress(quiet)
+    tb, known = _build(say)
+    man = mf.load()
+    gens = _modules_with_generators(man, names, known)
+    if not gens:
+        print("no module has a reference-output generator (a CMake target golden_<module>)")
+        return 0, 0
+    ok = bad = 0
+    for m, target in gens:
+        r = cmake.build(tb.build, [target])
+        if not r.ok:
+            print(f"{m.name}: the generator {target} does not build:\n"
+                  f"{grade.first_errors(r.output, str(tb.src) + '/')}")
+            bad += 1
+            continue
+        with tempfile.TemporaryDirectory(prefix="distlab-golden-") as tmp:
+            outdir = Path(tmp)
+            try:
+                p = subprocess.run([str(tb.build / "bin" / target), str(outdir), *m.golden_args],
+                                   cwd=tb.src, capture_output=True, text=True, timeout=600)
+            except subprocess.TimeoutExpired:
+                print(f"{m.name}: {target} ran longer than 600 s")
+                bad += 1
+                continue
+            if p.returncode != 0:
+                print(f"{m.name}: {target} failed (status {p.returncode}):\n{(p.stdout + p.stderr)[-2000:]}")
+                bad += 1
+                continue
+            produced = {f.relative_to(outdir).as_posix(): f for f in outdir.rglob("*") if f.is_file()}
+            dest = GOLDEN / m.name
+            if check:
+                stored = {f.relative_to(dest).as_posix(): f for f in dest.rglob("*") if f.is_file()} \
+                    if dest.is_dir() else {}
+                problems = [f"{n}: stored but no longer produced" for n in sorted(set(stored) - set(produced))]
+                problems += [f"{n}: produced but not stored (run ./distlab golden {m.name})"
+                             for n in sorted(set(produced) - set(stored))]
+                for n in sorted(set(produced) & set(stored)):
+                    d = compare_file(produced[n].read_bytes(), stored[n].read_bytes(), n,
+                                     m.golden_rtol, m.golden_atol)
+                    if d:
+                        problems.append(d)
+                if problems:
+                    bad += 1
+                    print(f"{m.name}: reference outputs do NOT reproduce ({len(problems)} problems):")
+                    for pr in problems[:10]:
+                        print(f"  {pr}")
+                else:
+                    ok += 1
+                    print(f"{m.name}: {len(produced)} reference outputs reproduce")
+            else:
+                if dest.exists():
+                    shutil.rmtree(dest)
+                dest.mkdir(parents=True)
+                for n, f in produced.items():
+                    (dest / n).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(f, dest / n)
+                ok += 1
+                print(f"{m.name}: wrote {len(produced)} files to {rel(dest)}")
+    return ok, bad
+
+
+def main(names: list[str], check: bool) -> int:
+    ok, bad = run_generators(names, check)
+    return 1 if bad else 0

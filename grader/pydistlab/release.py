@@ -1,0 +1,64 @@
+"""`./distlab release OUT`: the student repository (no solutions/, no hidden tests).
+
+What is left out: solutions/, grader/hidden/, the hidden items and hidden_binary keys of the
+manifest, the grader's own self-tests and the Gradescope autograder. The result builds and
+grades on its own (./distlab grade there grades the stubs to zero)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from . import manifest as mf, stubs, tree
+from .errors import DistlabError
+from .paths import CXX_EXTENSIONS, ROOT, is_release, rel
+
+LEFT_OUT = ("solutions/", "grader/hidden/", "grader/selftest/", "grader/gradescope/")
+
+
+def release_files() -> dict[str, Path | bytes]:
+    files: dict[str, Path | bytes] = {}
+    for name in tree.kit_files(ROOT):
+        if name.startswith(LEFT_OUT):
+            continue
+        files[name] = ROOT / name
+    manifest = "grader/manifest.toml"
+    files[manifest] = mf.strip_hidden((ROOT / manifest).read_text(encoding="utf-8")).encode("utf-8")
+    return files
+
+
+def main(out: str, force: bool = False) -> int:
+    if is_release():
+        raise DistlabError("this already is a student repository (no solutions/); release from the kit")
+    dest = Path(out).resolve()
+    if dest == ROOT or ROOT in dest.parents and not str(dest).startswith(str(ROOT / "build")):
+        raise DistlabError(f"{out} is inside the kit; pick a folder outside it (or under build/)")
+    drift = stubs.compare(stubs.generate())
+    if not drift.empty():
+        raise DistlabError("exercises/ is not in sync with solutions/: run ./distlab sync (and "
+                           "./distlab check --stubs) before releasing")
+    if dest.exists() and any(dest.iterdir()) and not force:
+        raise DistlabError(f"{out} exists and is not empty; add --force to replace its contents")
+    files = release_files()
+    leaks = [n for n, src in files.items() if Path(n).suffix in CXX_EXTENSIONS and
+             b"BEGIN SOLUTION" in (src.read_bytes() if isinstance(src, Path) else src)]
+    if leaks:
+        raise DistlabError("solution markers would be released in: " + ", ".join(leaks))
+    if dest.exists() and force:
+        for child in dest.iterdir():
+            if child.name == ".git":
+                continue
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    tree.mirror(files, dest) if not (dest / ".git").exists() else _copy_keep_git(files, dest)
+    man = mf.load(dest / "grader" / "manifest.toml")
+    n_items = sum(len(m.tests) for m in man.modules.values())
+    print(f"released {len(files)} files to {dest} ({len(man.modules)} modules, {n_items} public tests; "
+          f"left out: {', '.join(LEFT_OUT)} and the manifest's hidden tests)")
+    print(f"next: cd {out} && git init && git add -A && git commit -m 'distlab course kit' "
+          f"(students run ./distlab grade there)")
+    return 0
+
+
+def _copy_keep_git(files: dict[str, Path | bytes], dest: Path) -> None:
+    for name, src in files.items():
+        data = src.read_bytes() if isinstance(src, Path) else src
+        tree.write_if_changed(dest / name, data, src.stat().st_mode if isinstance(src, Path) else None)

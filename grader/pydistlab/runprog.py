@@ -1,0 +1,39 @@
+"""`./distlab run MODULE [--solutions] [-- program args]`: build and run a module's program."""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from . import build, manifest as mf, mpi
+from .errors import DistlabError
+
+
+def main(a: argparse.Namespace) -> int:
+    man = mf.load()
+    module = mf.resolve_name(a.module, man.order)
+    target = f"run_{module}"
+    build_dir = build.ensure_built(a.preset, a.solutions, [target])
+    exe = build_dir / "bin" / target
+    if not exe.is_file():
+        raise DistlabError(f"{exe} was not built: does {module} have a program (MAIN in its CMakeLists.txt)?")
+    args = list(a.args)
+    if args and args[0] == "--":
+        args = args[1:]
+    backend = (a.backend or "threads").lower()
+    if backend == "mpi":
+        n = a.np or 2
+        cmd, env = mpi.mpirun_command(n, [str(exe), "--backend", "mpi", *args], a.hostfile)
+    else:
+        if a.hostfile:
+            raise DistlabError("--hostfile goes with --backend mpi")
+        cmd, env = [str(exe)], dict(os.environ)
+        if a.backend:
+            cmd += ["--backend", backend]
+        if a.np:
+            cmd += ["--world-size", str(a.np)]
+        cmd += args
+    print("$ " + " ".join(cmd), flush=True)
+    sys.stdout.flush()
+    return subprocess.run(cmd, env=env).returncode

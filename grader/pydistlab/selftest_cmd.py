@@ -1,0 +1,268 @@
+"""`./distlab test`: the kit's self-test. Prints progress and ends with `N passed, N failed`.
+
+Steps (each counts its checks):
+  build      configure + build everything with the reference solutions (the grader's solutions
+             tree, default-preset settings, so later steps reuse it) and run ctest on the kit's own
+             tests (everything but the graded module tests, which `solutions` runs)
+  tsan       fake_dist's tests under ThreadSanitizer (the grader's TSan tree)
+  solutions  ./distlab grade --solutions --hidden: every item must pass
+  stubs      ./distlab grade on exercises/: every item must score zero, stubs compile
+  sync       ./distlab check --stubs
+  golden     reference outputs reproduce (./distlab golden --check)
+  release    ./distlab release writes a repository without solutions and hidden tests
+  selftest   the grader's own unittests (grader/selftest) on planted submissions
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from . import cmake, deps, golden, grade, manifest as mf, release, stubs
+from .errors import DistlabError
+from .paths import BUILD, ROOT, is_release, nproc, rel
+
+STEPS = ["build", "tsan", "solutions", "stubs", "sync", "golden", "release", "selftest"]
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+        self.failures: list[str] = []
+        self.t0 = time.monotonic()
+
+    def check(self, ok: bool, what: str, detail: str = "") -> bool:
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+            self.failures.append(what)
+            print(f"    FAIL {what}" + (f"\n      " + "\n      ".join(detail.splitlines()[:20]) if detail else ""),
+                  flush=True)
+        return ok
+
+    def step(self, name: str) -> None:
+        print(f"\n== [{time.monotonic() - self.t0:6.0f}s] {name}", flush=True)
+
+
+def _ctest(build_dir: Path, args: list[str], env: dict[str, str] | None, t: Tally, label: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "ctest.xml"
+        cmd = ["ctest", "--test-dir", str(build_dir), "-j", str(nproc()), "--output-on-failure",
+               "--timeout", "300", "--output-junit", str(junit), *args]
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                           env=dict(os.environ, **(env or {})))
+        summary = [l for l in r.stdout.splitlines() if "tests passed" in l or "No tests were found" in l]
+        print(f"    ctest {label}: {summary[0].strip() if summary else 'status ' + str(r.returncode)}", flush=True)
+        if not junit.is_file():
+            t.check(False, f"ctest {label} ran", r.stdout[-3000:] + r.stderr[-2000:])
+            return
+        root = ET.parse(junit).getroot()
+        cases = list(root.iter("testcase"))
+        if not cases:
+            t.check(False, f"ctest {label}: no tests found", r.stdout[-2000:])
+        for case in cases:
+            bad = case.find("failure") is not None or case.find("error") is not None or \
+                case.get("status") in ("fail", "failed")
+            detail = ""
+            if bad:
+                out = case.find("system-out")
+                detail = (out.text or "")[-2500:] if out is not None else ""
+            t.check(not bad, f"ctest {label}: {case.get('name')}", detail)
+
+
+def step_build(t: Tally) -> grade.TreeBuild | None:
+    t.step("build: configure and build everything with solutions/, run the kit's own tests")
+    man = mf.load()
+    say = grade.Progress(False)
+    lock = grade._lock(BUILD / "grade" / "solutions" / ".lock", say)
+    try:
+        tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
+        grade._configure(tb, tb.build, grade.BASE_CACHE, say)
+        r = cmake.build(tb.build, [], capture=True)
+        warnings = sorted({l for l in r.output.splitlines() if "warning:" in l})
+        print(f"    built in {r.seconds:.0f} s", flush=True)
+        if not t.check(r.ok, "the kit builds with solutions/", grade.first_errors(r.output, str(tb.src) + "/")):
+            return tb
+        t.check(not warnings, "the kit builds warning-free", "\n".join(warnings[:15]))
+        _ctest(tb.build, ["-LE", "module"], None, t, "(kit tests)")
+    finally:
+        lock.close()
+    return tb
+
+
+def _fake_dist_targets() -> list[str]:
+    text = (ROOT / "fake_dist" / "tests" / "CMakeLists.txt").read_text(encoding="utf-8", errors="replace")
+    names = re.findall(r"add_executable\(\s*([A-Za-z0-9_]+)", text)
+    names += re.findall(r"TARGET\s+([A-Za-z0-9_]+)", text)
+    return sorted(set(names))
+
+
+def step_tsan(t: Tally) -> None:
+    t.step("tsan: fake_dist's tests under ThreadSanitizer")
+    targets = _fake_dist_targets()
+    if not targets:
+        t.check(False, "fake_dist/tests/CMakeLists.txt defines test executables")
+        return
+    say = grade.Progress(False)
+    base = BUILD / "grade" / "solutions"
+    lock = grade._lock(base / ".lock", say)
+    try:
+        tb = grade.TreeBuild(base / "src", base / "build", base / "build-tsan")
+        if not tb.src.is_dir():
+            man = mf.load()
+            tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
+        grade._configure(tb, tb.tsan_build, grade.TSAN_CACHE, say)
+        known = cmake.targets(tb.tsan_build)
+        targets = [x for x in targets if x in known]
+        r = cmake.build(tb.tsan_build, targets)
+        print(f"    built {', '.join(targets)} in {r.seconds:.0f} s", flush=True)
+        if not t.check(r.ok, "fake_dist tests build under TSan", grade.first_errors(r.output, str(tb.src) + "/")):
+            return
+        _ctest(tb.tsan_build, ["-L", "fake_dist"],
+               {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1"}, t, "(fake_dist, TSan)")
+    finally:
+        lock.close()
+
+
+def step_solutions(t: Tally) -> None:
+    t.step("solutions: ./distlab grade --solutions --hidden (every item full marks)")
+    run = grade.grade([], "solutions", hidden=True, quiet=False)
+    for n in run.notes:
+        print(f"    note: {n}")
+    if not run.modules:
+        t.check(False, "the manifest lists graded modules")
+    for m in run.modules:
+        if m.status != "graded":
+            t.check(False, f"{m.module.name} ({m.status})", m.message)
+            continue
+        for r in m.items:
+            t.check(r.passed, f"solutions: {r.item.full_name}", f"{r.reason}\n{r.output[:1500]}")
+        print(f"    {m.module.name}: {m.score:g}/{m.max_score:g}", flush=True)
+
+
+def step_stubs(t: Tally) -> None:
+    t.step("stubs: ./distlab grade on exercises/ (stubs compile, every item scores zero)")
+    run = grade.grade([], "student", hidden=False, quiet=True)
+    for m in run.modules:
+        if not t.check(m.status == "graded", f"stubs of {m.module.name} compile", m.message):
+            continue
+        for r in m.items:
+            t.check(not r.passed and r.score == 0, f"stubs: {r.item.full_name} scores zero",
+                    "the test passed on the stub: it cannot fail, or does not call the student's code")
+        print(f"    {m.module.name}: {m.score:g}/{m.max_score:g}", flush=True)
+    warnings = sorted({w for w in run.warnings})
+    t.check(not warnings, "stubs compile warning-free", "\n".join(warnings[:15]))
+
+
+def step_sync(t: Tally) -> None:
+    t.step("sync: ./distlab check --stubs")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            rc = stubs.check()
+        except DistlabError as e:
+            print(e)
+            rc = 1
+    t.check(rc == 0, "exercises/ in sync with solutions/", buf.getvalue())
+    if rc == 0:
+        print("    " + buf.getvalue().strip())
+
+
+def step_golden(t: Tally) -> None:
+    t.step("golden: reference outputs reproduce")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        ok, bad = golden.run_generators([], check=True, quiet=True)
+    text = buf.getvalue()
+    print("    " + "\n    ".join(l for l in text.splitlines() if l.strip()))
+    for _ in range(ok):
+        t.check(True, "golden")
+    if bad:
+        t.check(False, f"golden: {bad} modules do not reproduce", text)
+
+
+def step_release(t: Tally) -> None:
+    t.step("release: the student repository has no solutions and no hidden tests")
+    out = BUILD / "selftest-release"
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            release.main(str(out), force=True)
+    except DistlabError as e:
+        t.check(False, "release runs", str(e))
+        return
+    t.check(not (out / "solutions").exists(), "release: no solutions/")
+    t.check(not (out / "grader" / "hidden").exists(), "release: no grader/hidden/")
+    try:
+        man = mf.load(out / "grader" / "manifest.toml")
+        t.check(all(x.tier == "public" for m in man.modules.values() for x in m.tests),
+                "release: the manifest has no hidden tests")
+    except DistlabError as e:
+        t.check(False, "release: the manifest loads", str(e))
+    leaks = [str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.suffix in (".cpp", ".hpp", ".h")
+             and b"BEGIN SOLUTION" in p.read_bytes()]
+    t.check(not leaks, "release: no solution markers", "\n".join(leaks))
+    r = subprocess.run([sys.executable, str(out / "distlab"), "grade", "--solutions"], capture_output=True,
+                       text=True, cwd=out)
+    t.check(r.returncode != 0 and "student repository" in r.stderr,
+            "release: grade --solutions refuses with a clear message", r.stdout + r.stderr)
+    r = subprocess.run([sys.executable, str(out / "distlab"), "check", "--stubs"], capture_output=True,
+                       text=True, cwd=out)
+    t.check(r.returncode != 0 and "student repository" in (r.stdout + r.stderr),
+            "release: sync/check refuse without solutions/", r.stdout + r.stderr)
+
+
+def step_selftest(t: Tally) -> None:
+    t.step("selftest: the grader's unittests on planted submissions (grader/selftest)")
+    r = subprocess.run([sys.executable, "-m", "unittest", "discover", "-s", str(ROOT / "grader" / "selftest"),
+                        "-v"], capture_output=True, text=True, cwd=ROOT, errors="replace")
+    lines = r.stderr.splitlines()
+    results = [l for l in lines if re.search(r" \.\.\. (ok|FAIL|ERROR|skipped.*)$", l)]
+    for l in results:
+        name = l.split(" ... ")[0]
+        t.check(l.endswith(" ok") or " skipped" in l, f"selftest: {name}", "")
+    ran = next((l for l in lines if l.startswith("Ran ")), "")
+    print(f"    {ran}", flush=True)
+    if r.returncode != 0:
+        t.check(False, "selftest: unittest run succeeded", "\n".join(lines[-60:]))
+
+
+def main(a: argparse.Namespace) -> int:
+    if is_release():
+        raise DistlabError("./distlab test is the kit's self-test and needs solutions/; in a student "
+                           "repository run ./distlab grade")
+    deps.ensure()
+    only = [s.strip() for s in a.only.split(",")] if a.only else STEPS
+    unknown = [s for s in only if s not in STEPS]
+    if unknown:
+        raise DistlabError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
+    t = Tally()
+    steps = {"build": step_build, "tsan": step_tsan, "solutions": step_solutions, "stubs": step_stubs,
+             "sync": step_sync, "golden": step_golden, "release": step_release, "selftest": step_selftest}
+    for name in STEPS:
+        if name not in only:
+            continue
+        try:
+            steps[name](t)
+        except DistlabError as e:
+            t.check(False, f"step {name}", str(e))
+        except Exception as e:  # a broken step must not hide the others
+            import traceback
+            t.check(False, f"step {name} crashed", traceback.format_exc())
+    elapsed = time.monotonic() - t.t0
+    print(f"\n== self-test finished in {elapsed / 60:.1f} min")
+    if t.failures:
+        print("failed checks:\n  " + "\n  ".join(t.failures[:50]))
+    print(f"{t.passed} passed, {t.failed} failed", flush=True)
+    return 0 if t.failed == 0 else 1
