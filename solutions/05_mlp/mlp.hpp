@@ -70,6 +70,19 @@ std::string describe(const Config& config);
 struct Parameter {
   using Hook = std::function<void(Parameter&)>;
 
+  Parameter() = default;
+  /// Copies name, value and grad but not the hooks: a hook belongs to the object it was
+  /// registered on (a copied model must not call into the original's data-parallel wrapper).
+  Parameter(const Parameter& other) : name(other.name), value(other.value), grad(other.grad) {}
+  Parameter& operator=(const Parameter& other) {
+    name = other.name;
+    value = other.value;
+    grad = other.grad;
+    return *this;
+  }
+  Parameter(Parameter&&) = default;
+  Parameter& operator=(Parameter&&) = default;
+
   std::string name;  // "layers.<i>.weight"
   Matrix value;
   Matrix grad;       // d loss / d value, written (not accumulated) by backward
