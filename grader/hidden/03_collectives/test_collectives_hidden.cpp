@@ -87,6 +87,7 @@ TEST(ReduceScatterRing, ValuesLarge) {
 TEST(AllreduceRing, SimTimeLarge) {
   const auto model = timing_model(true);
   for (int p : {10, 12, 14, 15, 16}) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const double got = sim_time_of(flat_case(p, kN), "allreduce_ring", p, model, [&] {
       std::vector<float> buf(kN, 1.0f);
       collectives::allreduce_ring(buf, ReduceOp::Sum);
@@ -101,6 +102,7 @@ TEST(AllreduceRing, SimTimeLarge) {
 
 TEST(AllreduceButterfly, SimTimeLarge) {
   for (int p : {9, 12, 16}) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const bool pow2 = is_pow2(p);
     const auto model = timing_model(pow2);
     const std::size_t bytes = kN * sizeof(float);
@@ -120,6 +122,7 @@ TEST(BroadcastTree, SimTimeLarge) {
   const auto model = timing_model(false);
   const std::size_t bytes = kN * sizeof(float);
   for (int p : {9, 13, 16}) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const double got = sim_time_of(flat_case(p, kN), "broadcast_tree", p, model, [&] {
       std::vector<float> buf(kN, 1.0f);
       collectives::broadcast_tree(buf, p / 2);
@@ -134,6 +137,7 @@ TEST(GatherTree, SimTimeLarge) {
   const auto model = timing_model(false);
   const std::size_t m = 200;
   for (int p : {9, 11, 16}) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const double got = sim_time_of(flat_case(p, m), "gather_tree", p, model, [&] {
       std::vector<float> in(m, 1.0f), out(m * static_cast<std::size_t>(p));
       collectives::gather_tree(in, out, 1);
@@ -150,6 +154,7 @@ TEST(GatherTree, SimTimeLarge) {
 
 TEST(BroadcastNaive, SimTimeTwoLevel) {
   for (const auto& l : kRingLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t bytes = kN * sizeof(float);
     const int root = l.g + 1;
@@ -167,6 +172,7 @@ TEST(BroadcastNaive, SimTimeTwoLevel) {
 
 TEST(BroadcastRing, SimTimeTwoLevel) {
   for (const auto& l : kRingLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t bytes = kN * sizeof(float);
     const int root = 1;
@@ -184,9 +190,11 @@ TEST(BroadcastRing, SimTimeTwoLevel) {
 
 TEST(BroadcastTree, SimTimeTwoLevel) {
   for (const auto& l : kLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t bytes = kN * sizeof(float);
     for (int root : {0, l.g}) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
       const double got = sim_time_of(layout_case(l, kN), "broadcast_tree", l.p, model, [&] {
         std::vector<float> buf(kN, 1.0f);
         collectives::broadcast_tree(buf, root);
@@ -196,13 +204,13 @@ TEST(BroadcastTree, SimTimeTwoLevel) {
                   "sum over rounds 2^k of the cost of a message across distance 2^k " +
                       model_text(model, bytes),
                   "binomial tree on ranks relative to src");
-      if (got < 0) return;
     }
   }
 }
 
 TEST(ReduceNaive, SimTimeTwoLevel) {
   for (const auto& l : kRingLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t bytes = kN * sizeof(float);
     const int root = l.p - 1;
@@ -220,6 +228,7 @@ TEST(ReduceNaive, SimTimeTwoLevel) {
 
 TEST(ReduceTree, SimTimeTwoLevel) {
   for (const auto& l : kLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t bytes = kN * sizeof(float);
     const double got = sim_time_of(layout_case(l, kN), "reduce_tree", l.p, model, [&] {
@@ -235,6 +244,7 @@ TEST(ReduceTree, SimTimeTwoLevel) {
 
 TEST(AllreduceNaive, SimTimeTwoLevel) {
   for (const auto& l : kRingLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t bytes = kN * sizeof(float);
     const double got = sim_time_of(layout_case(l, kN), "allreduce_naive", l.p, model, [&] {
@@ -251,6 +261,7 @@ TEST(AllreduceNaive, SimTimeTwoLevel) {
 
 TEST(AllreduceButterfly, SimTimeTwoLevel) {
   for (const auto& l : kLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t bytes = kN * sizeof(float);
     const double got = sim_time_of(layout_case(l, kN), "allreduce_butterfly", l.p, model, [&] {
@@ -266,6 +277,7 @@ TEST(AllreduceButterfly, SimTimeTwoLevel) {
 
 TEST(AllreduceRing, SimTimeTwoLevel) {
   for (const auto& l : kRingLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const double got = sim_time_of(layout_case(l, kN), "allreduce_ring", l.p, model, [&] {
       std::vector<float> buf(kN, 1.0f);
@@ -282,6 +294,7 @@ TEST(AllreduceRing, SimTimeTwoLevel) {
 
 TEST(GatherNaive, SimTimeTwoLevel) {
   for (const auto& l : kRingLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t m = 300;
     const int root = l.g / 2;
@@ -299,6 +312,7 @@ TEST(GatherNaive, SimTimeTwoLevel) {
 
 TEST(GatherTree, SimTimeTwoLevel) {
   for (const auto& l : kLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t m = 300;
     const double got = sim_time_of(layout_case(l, m), "gather_tree", l.p, model, [&] {
@@ -316,6 +330,7 @@ TEST(GatherTree, SimTimeTwoLevel) {
 
 TEST(AllGatherRing, SimTimeTwoLevel) {
   for (const auto& l : kRingLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t m = 300;
     const double got = sim_time_of(layout_case(l, m), "all_gather_ring", l.p, model, [&] {
@@ -331,6 +346,7 @@ TEST(AllGatherRing, SimTimeTwoLevel) {
 
 TEST(ReduceScatterRing, SimTimeTwoLevel) {
   for (const auto& l : kRingLayouts) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const auto model = two_level(l.g);
     const std::size_t m = 300;
     const double got = sim_time_of(layout_case(l, m), "reduce_scatter_ring", l.p, model, [&] {

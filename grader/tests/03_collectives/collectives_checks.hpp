@@ -108,10 +108,10 @@ inline bool run_case(const std::string& what, const std::string& fn_name, int p,
       body(log);
       const auto builtins = dist::stats().builtin_collectives;
       if (builtins != 0) {
-        log.fail(dist::rank(), fn_name + " called a built-in collective of dist (" +
+        log.fail(dist::rank(), fn_name + " called a built-in collective of dist (dist::broadcast, "
+                                   "reduce, all_reduce, gather, ...; calls: " +
                                    std::to_string(builtins) +
-                                   " calls of dist::broadcast / reduce / all_reduce / gather / ...): "
-                                   "implement it with dist::send, recv, isend and irecv only");
+                                   "): implement it with dist::send, recv, isend and irecv only");
       }
     });
   } catch (const std::exception& e) {

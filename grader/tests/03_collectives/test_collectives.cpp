@@ -38,7 +38,9 @@ TEST(BroadcastNaive, Values) {
 
 TEST(BroadcastNaive, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     for (int root : traffic_roots(p)) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
       auto stats = traffic(traffic_case(p, root), "broadcast_naive", p, [&] {
         std::vector<float> buf(kTrafficCount, 1.0f);
         collectives::broadcast_naive(buf, root);
@@ -58,6 +60,7 @@ TEST(BroadcastNaive, SimTime) {
   const auto model = timing_model(false);
   const std::size_t bytes = kTimeCount * sizeof(float);
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const int root = p / 2;
     const double got = sim_time_of(time_case(p, kTimeCount), "broadcast_naive", p, model, [&] {
       std::vector<float> buf(kTimeCount, 1.0f);
@@ -76,7 +79,9 @@ TEST(BroadcastTree, Values) {
 
 TEST(BroadcastTree, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     for (int root : traffic_roots(p)) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
       auto stats = traffic(traffic_case(p, root), "broadcast_tree", p, [&] {
         std::vector<float> buf(kTrafficCount, 1.0f);
         collectives::broadcast_tree(buf, root);
@@ -109,7 +114,9 @@ TEST(BroadcastTree, SimTime) {
   const auto model = timing_model(false);
   const std::size_t bytes = kTimeCount * sizeof(float);
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     for (int root : {0, p - 1}) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
       const double got = sim_time_of(time_case(p, kTimeCount) + ", root " + std::to_string(root),
                                      "broadcast_tree", p, model, [&] {
         std::vector<float> buf(kTimeCount, 1.0f);
@@ -120,7 +127,6 @@ TEST(BroadcastTree, SimTime) {
                   "ceil(log2 p)(alpha + n beta) " + model_text(model, bytes),
                   "every rank that has the data should send in every later round, farthest child "
                   "first");
-      if (got < 0) return;
     }
   }
 }
@@ -131,7 +137,9 @@ TEST(BroadcastRing, Values) {
 
 TEST(BroadcastRing, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     for (int root : traffic_roots(p)) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
       auto stats = traffic(traffic_case(p, root), "broadcast_ring", p, [&] {
         std::vector<float> buf(kTrafficCount, 1.0f);
         collectives::broadcast_ring(buf, root);
@@ -153,6 +161,7 @@ TEST(BroadcastRing, SimTime) {
   const auto model = timing_model(false);
   const std::size_t bytes = kTimeCount * sizeof(float);
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const int root = (p - 1) / 2;
     const double got = sim_time_of(time_case(p, kTimeCount), "broadcast_ring", p, model, [&] {
       std::vector<float> buf(kTimeCount, 1.0f);
@@ -173,7 +182,9 @@ TEST(ReduceNaive, Values) {
 
 TEST(ReduceNaive, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     for (int root : traffic_roots(p)) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
       auto stats = traffic(traffic_case(p, root), "reduce_naive", p, [&] {
         std::vector<float> buf(kTrafficCount, 1.0f);
         collectives::reduce_naive(buf, root, ReduceOp::Sum);
@@ -193,6 +204,7 @@ TEST(ReduceNaive, SimTime) {
   const auto model = timing_model(false);
   const std::size_t bytes = kTimeCount * sizeof(float);
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const int root = p - 1;
     const double got = sim_time_of(time_case(p, kTimeCount), "reduce_naive", p, model, [&] {
       std::vector<float> buf(kTimeCount, 1.0f);
@@ -211,7 +223,9 @@ TEST(ReduceTree, Values) {
 
 TEST(ReduceTree, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     for (int root : traffic_roots(p)) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
       auto stats = traffic(traffic_case(p, root), "reduce_tree", p, [&] {
         std::vector<float> buf(kTrafficCount, 1.0f);
         collectives::reduce_tree(buf, root, ReduceOp::Sum);
@@ -243,6 +257,7 @@ TEST(ReduceTree, Traffic) {
 TEST(ReduceTree, SimTime) {
   const std::size_t bytes = kTimeCount * sizeof(float);
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     // With gamma for powers of two (every round is alpha + n beta + n gamma), without otherwise.
     const auto model = timing_model(is_pow2(p));
     const int root = p / 2;
@@ -267,6 +282,7 @@ TEST(AllreduceNaive, Values) {
 
 TEST(AllreduceNaive, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     auto stats = traffic(traffic_case(p, -1), "allreduce_naive", p, [&] {
       std::vector<float> buf(kTrafficCount, 1.0f);
       collectives::allreduce_naive(buf, ReduceOp::Sum);
@@ -286,6 +302,7 @@ TEST(AllreduceNaive, SimTime) {
   const auto model = timing_model(false);
   const std::size_t bytes = kTimeCount * sizeof(float);
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const double got = sim_time_of(time_case(p, kTimeCount), "allreduce_naive", p, model, [&] {
       std::vector<float> buf(kTimeCount, 1.0f);
       collectives::allreduce_naive(buf, ReduceOp::Sum);
@@ -304,6 +321,7 @@ TEST(AllreduceButterfly, Values) {
 
 TEST(AllreduceButterfly, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     auto stats = traffic(traffic_case(p, -1), "allreduce_butterfly", p, [&] {
       std::vector<float> buf(kTrafficCount, 1.0f);
       collectives::allreduce_butterfly(buf, ReduceOp::Sum);
@@ -327,6 +345,7 @@ TEST(AllreduceButterfly, Traffic) {
 TEST(AllreduceButterfly, SimTime) {
   const std::size_t bytes = kTimeCount * sizeof(float);
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const bool pow2 = is_pow2(p);
     const auto model = timing_model(pow2);
     const double got = sim_time_of(time_case(p, kTimeCount), "allreduce_butterfly", p, model, [&] {
@@ -351,6 +370,7 @@ TEST(AllreduceRing, Values) {
 
 TEST(AllreduceRing, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     auto stats = traffic(traffic_case(p, -1), "allreduce_ring", p, [&] {
       std::vector<float> buf(kTrafficCount, 1.0f);
       collectives::allreduce_ring(buf, ReduceOp::Sum);
@@ -378,6 +398,7 @@ TEST(AllreduceRing, Traffic) {
 TEST(AllreduceRing, SimTime) {
   const auto model = timing_model(true);
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const double got = sim_time_of(time_case(p, kTimeCount), "allreduce_ring", p, model, [&] {
       std::vector<float> buf(kTimeCount, 1.0f);
       collectives::allreduce_ring(buf, ReduceOp::Sum);
@@ -401,7 +422,9 @@ TEST(GatherNaive, Values) {
 
 TEST(GatherNaive, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     for (int root : traffic_roots(p)) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
       auto stats = traffic(traffic_case(p, root), "gather_naive", p, [&] {
         std::vector<float> in(kTrafficCount, 1.0f), out(kTrafficCount * static_cast<std::size_t>(p));
         collectives::gather_naive(in, out, root);
@@ -421,6 +444,7 @@ TEST(GatherNaive, SimTime) {
   const auto model = timing_model(false);
   const std::size_t m = kTimeCount / 8;
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const int root = p / 3;
     const double got = sim_time_of(time_case(p, m), "gather_naive", p, model, [&] {
       std::vector<float> in(m, 1.0f), out(m * static_cast<std::size_t>(p));
@@ -439,7 +463,9 @@ TEST(GatherTree, Values) {
 
 TEST(GatherTree, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     for (int root : traffic_roots(p)) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
       auto stats = traffic(traffic_case(p, root), "gather_tree", p, [&] {
         std::vector<float> in(kTrafficCount, 1.0f), out(kTrafficCount * static_cast<std::size_t>(p));
         collectives::gather_tree(in, out, root);
@@ -468,6 +494,7 @@ TEST(GatherTree, SimTime) {
   const auto model = timing_model(false);
   const std::size_t m = kTimeCount / 8;
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const int root = p - 1;
     const double got = sim_time_of(time_case(p, m), "gather_tree", p, model, [&] {
       std::vector<float> in(m, 1.0f), out(m * static_cast<std::size_t>(p));
@@ -488,6 +515,7 @@ TEST(AllGatherRing, Values) {
 
 TEST(AllGatherRing, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     auto stats = traffic(traffic_case(p, -1), "all_gather_ring", p, [&] {
       std::vector<float> in(kTrafficCount, 1.0f), out(kTrafficCount * static_cast<std::size_t>(p));
       collectives::all_gather_ring(in, out);
@@ -507,6 +535,7 @@ TEST(AllGatherRing, SimTime) {
   const auto model = timing_model(false);
   const std::size_t m = kTimeCount / 8;
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const double got = sim_time_of(time_case(p, m), "all_gather_ring", p, model, [&] {
       std::vector<float> in(m, 1.0f), out(m * static_cast<std::size_t>(p));
       collectives::all_gather_ring(in, out);
@@ -526,6 +555,7 @@ TEST(ReduceScatterRing, Values) {
 
 TEST(ReduceScatterRing, Traffic) {
   for (int p : kTrafficSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     auto stats = traffic(traffic_case(p, -1), "reduce_scatter_ring", p, [&] {
       std::vector<float> in(kTrafficCount * static_cast<std::size_t>(p), 1.0f), out(kTrafficCount);
       collectives::reduce_scatter_ring(in, out, ReduceOp::Sum);
@@ -546,6 +576,7 @@ TEST(ReduceScatterRing, SimTime) {
   const auto model = timing_model(true);
   const std::size_t m = kTimeCount / 8;
   for (int p : kWorldSizes) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const double got = sim_time_of(time_case(p, m) + " per rank", "reduce_scatter_ring", p, model, [&] {
       std::vector<float> in(m * static_cast<std::size_t>(p), 1.0f), out(m);
       collectives::reduce_scatter_ring(in, out, ReduceOp::Sum);
