@@ -62,7 +62,7 @@ class Manifest:
     def select(self, names: list[str]) -> list[Module]:
         """The named modules (all with tests when names is empty), in course order."""
         if not names:
-            return [self.modules[n] for n in self.order if self.modules[n].tests]
+            return [self.modules[n] for n in self.order if n in self.modules and self.modules[n].tests]
         out = []
         for n in names:
             n = resolve_name(n, self.order)
