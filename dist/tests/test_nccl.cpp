@@ -22,9 +22,8 @@ int env_int(const char* name, int fallback) {
 const int g_job_size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 1));
 const int g_job_rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMI_RANK", 0));
 
-/// Why the NCCL tests cannot run here ("" when they can): no GPU, or fewer GPUs than ranks on a
-/// node is fine (ranks share), but no GPU at all is a skip. Probed by one launch of size 1 per
-/// process would need a GPU; instead ask the backend by launching and catching its message.
+/// Why the NCCL tests cannot run here ("" when they can): an empty launch, whose "no CUDA GPU"
+/// error (cudaGetDeviceCount failed or found none) turns into a skip. Any other error fails.
 std::string skip_reason() {
   static const std::string reason = [] {
     dist::LaunchOptions o;
