@@ -1,0 +1,183 @@
+// 06_data_parallel: N-rank training equals single-process full-batch training; the closeness
+// check; MyDP's broadcast, buckets and overlap on the simulated clock.
+#include <gtest/gtest.h>
+
+#include "distlab/todo.hpp"
+#include "dp_harness.hpp"
+
+using dptest::Mode;
+
+TEST(Sharding, RankTakesBatchesCongruentToItsRank) {
+  for (int world = 1; world <= 5; ++world) {
+    std::vector<int> seen(static_cast<std::size_t>(3 * world), 0);
+    for (int step = 0; step < 3; ++step) {
+      for (int r = 0; r < world; ++r) {
+        const std::int64_t i = dp::global_batch_index(step, r, world);
+        ASSERT_GE(i, 0);
+        ASSERT_LT(i, 3 * world) << "step " << step << " rank " << r << " of " << world;
+        EXPECT_EQ(i % world, r) << "rank r takes the batches i with i % world_size == r";
+        EXPECT_EQ(i / world, step) << "step s covers batches [s*world, (s+1)*world)";
+        ++seen[static_cast<std::size_t>(i)];
+      }
+    }
+    for (int v : seen) EXPECT_EQ(v, 1) << "every batch exactly once";
+  }
+}
+
+class EqualsSingleProcess : public ::testing::TestWithParam<std::tuple<Mode, int>> {};
+
+TEST_P(EqualsSingleProcess, ParametersAndLosses) {
+  const auto [mode, world] = GetParam();
+  const dptest::Trajectory want = dptest::single_process(world);
+  const auto got = dptest::data_parallel(world, mode);
+  for (int r = 0; r < world; ++r) {
+    const std::string diff = dptest::compare(got[static_cast<std::size_t>(r)], want);
+    EXPECT_TRUE(diff.empty()) << "rank " << r << " of " << world << " (" << dptest::name(mode) << "): " << diff;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllModes, EqualsSingleProcess,
+    ::testing::Combine(::testing::Values(Mode::Kit, Mode::Manual, Mode::MyDPPerParameter, Mode::MyDPOneBucket),
+                       ::testing::Values(1, 2, 3, 4)),
+    [](const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
+      return std::string(dptest::name(std::get<0>(p.param))) + "_world" + std::to_string(std::get<1>(p.param));
+    });
+
+TEST(EqualsSingleProcess, TheOracleRejectsSummedGradientsAndMissingBroadcast) {
+  // The comparison above is strict enough to catch the two classic mistakes.
+  const dptest::Trajectory want = dptest::single_process(3);
+  const auto summed = dptest::data_parallel(3, Mode::BrokenSum);
+  EXPECT_FALSE(dptest::compare(summed[0], want).empty()) << "summed gradients must not pass";
+  const auto unbroadcast = dptest::data_parallel(3, Mode::BrokenNoBroadcast);
+  EXPECT_FALSE(dptest::compare(unbroadcast[1], want).empty()) << "replicas that never synced must not pass";
+}
+
+TEST(CheckParameterCloseness, TrueForEqualReplicasFalseWhenOneRankIsPerturbed) {
+  for (int world : {1, 2, 3, 4}) {
+    std::mutex mu;
+    std::vector<int> equal(static_cast<std::size_t>(world), -1), perturbed(equal), tiny(equal);
+    distlab::testing::run_ranks(world, [&] {
+      const int r = dist::rank();
+      mlp::MLP model(dptest::small_config(), 11);  // same seed: identical replicas
+      const bool a = dp::check_parameter_closeness(model, 1e-5f);
+      auto params = model.parameters();
+      if (r == world - 1 && world > 1) params[1]->value(2, 3) *= 1.0f + 1e-7f;  // below rtol
+      const bool c = dp::check_parameter_closeness(model, 1e-5f);
+      if (r == world - 1 && world > 1) params[1]->value(2, 3) += 0.01f;  // above rtol
+      const bool b = dp::check_parameter_closeness(model, 1e-5f);
+      std::lock_guard<std::mutex> g(mu);
+      equal[static_cast<std::size_t>(r)] = a;
+      tiny[static_cast<std::size_t>(r)] = c;
+      perturbed[static_cast<std::size_t>(r)] = b;
+    });
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(equal[static_cast<std::size_t>(r)], 1) << "rank " << r << " of " << world << ": identical replicas";
+      EXPECT_EQ(tiny[static_cast<std::size_t>(r)], 1) << "rank " << r << " of " << world << ": a difference below rtol";
+      EXPECT_EQ(perturbed[static_cast<std::size_t>(r)], world > 1 ? 0 : 1)
+          << "rank " << r << " of " << world << ": one rank perturbed; every rank must get the answer";
+    }
+  }
+}
+
+TEST(MyDP, ConstructorBroadcastsRankZerosWeights) {
+  const mlp::Config c = dptest::small_config();
+  distlab::testing::RankLog log;
+  distlab::testing::run_ranks(3, [&] {
+    mlp::MLP model(c, 100 + static_cast<std::uint64_t>(dist::rank()));
+    dp::MyDP wrapped(model);
+    const mlp::MLP rank0(c, 100);
+    const auto got = model.parameters();
+    const auto want = rank0.parameters();
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (got[i]->value != want[i]->value) log.fail(dist::rank(), "layer " + std::to_string(i) + " differs from rank 0's");
+    }
+  });
+  for (const auto& f : log.failures()) ADD_FAILURE() << f;
+}
+
+TEST(MyDP, BucketsFollowTheCapLastLayerFirst) {
+  mlp::Config c = dptest::small_config();
+  c.n_layers = 4;  // sizes: 24*16, 16*16, 16*16, 16*5 floats
+  const mlp::MLP probe(c, 1);
+  const std::size_t last_two = (16 * 5 + 16 * 16) * sizeof(float);
+  for (std::size_t cap : {std::size_t{0}, std::size_t{4}, last_two - 1, last_two, last_two + 16 * 16 * 4,
+                          dp::kDefaultBucketCap}) {
+    const auto want = dptest::expected_buckets(probe, cap);
+    distlab::testing::RankLog log;
+    distlab::testing::run_ranks(2, [&] {
+      mlp::MLP model(c, 1);
+      dp::MyDP wrapped(model, cap);
+      if (wrapped.num_buckets() != static_cast<int>(want.size())) {
+        log.fail(dist::rank(), "cap " + std::to_string(cap) + ": " + std::to_string(wrapped.num_buckets()) +
+                                   " buckets, expected " + std::to_string(want.size()));
+      } else if (wrapped.bucket_layout() != want) {
+        log.fail(dist::rank(), "cap " + std::to_string(cap) +
+                                   ": wrong parameters in the buckets (build them from the last parameter to the first)");
+      }
+    });
+    for (const auto& f : log.failures()) ADD_FAILURE() << f;
+  }
+}
+
+TEST(MyDP, FinishWithoutBackwardIsAnError) {
+  distlab::testing::RankLog log;
+  distlab::testing::run_ranks(2, [&] {
+    mlp::MLP model(dptest::small_config(), 1);
+    dp::MyDP wrapped(model);
+    try {
+      wrapped.finish_gradient_sync();
+      log.fail(dist::rank(), "finish_gradient_sync before any backward must throw");
+    } catch (const distlab::NotImplemented&) {
+      throw;
+    } catch (const std::logic_error&) {
+    }
+  });
+  for (const auto& f : log.failures()) ADD_FAILURE() << f;
+}
+
+namespace {
+/// Simulated seconds of one data-parallel step (rank 0), compute modelled at `flops` per rank.
+double simulated_step(Mode mode, int world, double flops) {
+  mlp::Config c;
+  c.n_layers = 4;
+  c.dim_in = 256;
+  c.dim_hidden = 256;
+  c.n_classes = 32;
+  c.batch_size = 16;
+  c.train_size = 256;
+  c.test_size = 16;
+  c.seed = 5;
+  mlp::Matrix x = mlp::Matrix::Random(c.batch_size, c.dim_in);
+  mlp::Labels y(static_cast<std::size_t>(c.batch_size));
+  for (int i = 0; i < c.batch_size; ++i) y[static_cast<std::size_t>(i)] = i % c.n_classes;
+  double step = 0;
+  distlab::testing::run_ranks(world, [&] {
+    mlp::MLP model(c, c.seed);
+    dp::ComputeModel compute(model, c.batch_size, flops);  // before the wrapper: compute, then sync
+    std::unique_ptr<dp::MyDP> mine;
+    if (mode == Mode::MyDPPerParameter) mine = std::make_unique<dp::MyDP>(model, 0);
+    mlp::SGD opt(model.parameters(), c.learning_rate);
+    mlp::Matrix probs, dlogits;
+    dist::barrier();
+    const double t0 = dist::sim_time();
+    dp::dp_step(mode == Mode::Manual ? dp::Sync::Manual : dp::Sync::MyDP, mine.get(), model, opt, x, y, probs,
+                dlogits, &compute);
+    const double t1 = dist::sim_time();
+    if (dist::rank() == 0) step = t1 - t0;
+  });
+  return step;
+}
+}  // namespace
+
+TEST(MyDP, OverlapShortensTheSimulatedStep) {
+  // Per rank: ~200k parameters (0.8 MB of gradients); compute modelled at 20 GFLOP/s so that
+  // backward and the all-reduces take comparable simulated time.
+  const double after = simulated_step(Mode::Manual, 4, 20e9);
+  const double overlap = simulated_step(Mode::MyDPPerParameter, 4, 20e9);
+  ASSERT_GT(after, 0.0) << "the simulated clock did not advance";
+  EXPECT_LT(overlap, 0.95 * after) << "MyDP with one bucket per parameter: " << overlap * 1e3
+                                   << " ms per step; all-reduce after backward: " << after * 1e3
+                                   << " ms. Start each bucket's all_reduce_async in the hook, wait only in "
+                                      "finish_gradient_sync";
+}
