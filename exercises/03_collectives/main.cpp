@@ -1,0 +1,336 @@
+// run_03_collectives: the student's collectives next to the built-ins of dist.
+//
+// For every collective, algorithm, world size and buffer size it runs one call on the threads
+// backend and prints the simulated time (the alpha-beta clock), the wall time, the bytes the
+// busiest rank sent, and which algorithm wins where. A function that is still a stub shows as
+// "not implemented". --network two-level shows how topology changes the winner; --csv writes the
+// rows that `./distlab bench collectives --plot` draws.
+//
+//   run_03_collectives                          world sizes 2 4 8 16, sizes 4 KiB .. 16 MiB
+//   run_03_collectives -n 8 --network two-level --ranks-per-node 4
+//   run_03_collectives --full --csv out.csv     every size 4 KiB, 16 KiB, ... 16 MiB; more world sizes
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collectives.hpp"
+#include "dist/dist.hpp"
+#include "distlab/args.hpp"
+#include "distlab/timing.hpp"
+
+namespace {
+
+using dist::ReduceOp;
+
+/// The buffers one call works on (sized by Algorithm::setup for this rank).
+struct Buffers {
+  std::vector<float> a, b;
+};
+
+struct Algorithm {
+  std::string collective;  // "broadcast", "all-reduce", ...
+  std::string name;        // "naive", "tree", "ring", "butterfly", "built-in"
+  // Sizes the buffers for a total of n floats (n divisible by p).
+  std::function<void(Buffers&, std::size_t n, int p)> setup;
+  std::function<void(Buffers&)> run;
+};
+
+std::vector<Algorithm> algorithms() {
+  namespace c = collectives;
+  auto one = [](Buffers& b, std::size_t n, int) { b.a.assign(n, 1.0f); b.b.clear(); };
+  auto gather_bufs = [](Buffers& b, std::size_t n, int p) {
+    b.a.assign(n / static_cast<std::size_t>(p), 1.0f);
+    b.b.assign(n, 0.0f);
+  };
+  auto scatter_bufs = [](Buffers& b, std::size_t n, int p) {
+    b.a.assign(n, 1.0f);
+    b.b.assign(n / static_cast<std::size_t>(p), 0.0f);
+  };
+  auto span_a = [](Buffers& b) { return std::span<float>(b.a); };
+  auto in_a = [](Buffers& b) { return std::span<const float>(b.a); };
+  auto span_b = [](Buffers& b) { return std::span<float>(b.b); };
+  std::vector<Algorithm> v;
+  v.push_back({"broadcast", "naive", one, [=](Buffers& b) { c::broadcast_naive(span_a(b), 0); }});
+  v.push_back({"broadcast", "tree", one, [=](Buffers& b) { c::broadcast_tree(span_a(b), 0); }});
+  v.push_back({"broadcast", "ring", one, [=](Buffers& b) { c::broadcast_ring(span_a(b), 0); }});
+  v.push_back({"broadcast", "built-in", one, [=](Buffers& b) { dist::broadcast(span_a(b), 0); }});
+  v.push_back({"reduce", "naive", one, [=](Buffers& b) { c::reduce_naive(span_a(b), 0, ReduceOp::Sum); }});
+  v.push_back({"reduce", "tree", one, [=](Buffers& b) { c::reduce_tree(span_a(b), 0, ReduceOp::Sum); }});
+  v.push_back({"reduce", "built-in", one, [=](Buffers& b) { dist::reduce(span_a(b), 0, ReduceOp::Sum); }});
+  v.push_back({"all-reduce", "naive", one, [=](Buffers& b) { c::allreduce_naive(span_a(b), ReduceOp::Sum); }});
+  v.push_back({"all-reduce", "butterfly", one,
+               [=](Buffers& b) { c::allreduce_butterfly(span_a(b), ReduceOp::Sum); }});
+  v.push_back({"all-reduce", "ring", one, [=](Buffers& b) { c::allreduce_ring(span_a(b), ReduceOp::Sum); }});
+  v.push_back({"all-reduce", "built-in", one, [=](Buffers& b) { dist::all_reduce(span_a(b), ReduceOp::Sum); }});
+  v.push_back({"gather", "naive", gather_bufs, [=](Buffers& b) { c::gather_naive(in_a(b), span_b(b), 0); }});
+  v.push_back({"gather", "tree", gather_bufs, [=](Buffers& b) { c::gather_tree(in_a(b), span_b(b), 0); }});
+  v.push_back({"gather", "built-in", gather_bufs, [=](Buffers& b) { dist::gather(in_a(b), span_b(b), 0); }});
+  v.push_back({"all-gather", "ring", gather_bufs, [=](Buffers& b) { c::all_gather_ring(in_a(b), span_b(b)); }});
+  v.push_back({"all-gather", "built-in", gather_bufs, [=](Buffers& b) { dist::all_gather(in_a(b), span_b(b)); }});
+  v.push_back({"reduce-scatter", "ring", scatter_bufs,
+               [=](Buffers& b) { c::reduce_scatter_ring(in_a(b), span_b(b), ReduceOp::Sum); }});
+  v.push_back({"reduce-scatter", "built-in", scatter_bufs,
+               [=](Buffers& b) { dist::reduce_scatter(in_a(b), span_b(b), ReduceOp::Sum); }});
+  return v;
+}
+
+/// One measured call.
+struct Row {
+  std::string collective, algorithm;
+  int world_size = 0;
+  std::size_t bytes = 0;
+  double sim_s = 0, wall_s = 0;
+  std::uint64_t sent_per_rank = 0;  // bytes sent by the busiest rank
+  std::string status;               // "" = ok, else "not implemented" or "error: ..."
+};
+
+/// Floats for a buffer of `bytes`, rounded to a multiple of p (at least p).
+std::size_t floats_for(std::size_t bytes, int p) {
+  const auto pp = static_cast<std::size_t>(p);
+  return std::max<std::size_t>(pp, bytes / sizeof(float) / pp * pp);
+}
+
+std::string short_error(const std::string& what) {
+  if (what.find("not implemented") != std::string::npos) return "not implemented";
+  std::string s = what.substr(0, what.find('\n'));
+  if (s.size() > 70) s = s.substr(0, 67) + "...";
+  return "error: " + s;
+}
+
+/// Runs one algorithm at one world size over every size, in one launch.
+std::vector<Row> measure(const Algorithm& alg, dist::LaunchOptions opts, int p,
+                         const std::vector<std::size_t>& sizes) {
+  opts.world_size = p;
+  const auto np = static_cast<std::size_t>(p);
+  std::vector<double> sim(np * sizes.size()), wall(sizes.size());
+  std::vector<std::uint64_t> sent(np * sizes.size());
+  std::vector<Row> rows;
+  std::string status;
+  try {
+    dist::launch(opts, [&] {
+      const auto me = static_cast<std::size_t>(dist::rank());
+      Buffers bufs;
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        alg.setup(bufs, floats_for(sizes[k], p), p);
+        dist::barrier();
+        dist::reset_stats();
+        const double t0 = dist::sim_time();
+        distlab::Stopwatch sw;
+        alg.run(bufs);
+        sim[k * np + me] = dist::sim_time() - t0;
+        sent[k * np + me] = dist::stats().bytes_sent;
+        dist::barrier();
+        if (me == 0) wall[k] = sw.elapsed_s();
+      }
+    });
+  } catch (const std::exception& e) {
+    status = short_error(e.what());
+  }
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    Row r{alg.collective, alg.name, p, floats_for(sizes[k], p) * sizeof(float), 0, 0, 0, status};
+    if (status.empty()) {
+      r.sim_s = *std::max_element(sim.begin() + static_cast<std::ptrdiff_t>(k * np),
+                                  sim.begin() + static_cast<std::ptrdiff_t>((k + 1) * np));
+      r.sent_per_rank = *std::max_element(sent.begin() + static_cast<std::ptrdiff_t>(k * np),
+                                          sent.begin() + static_cast<std::ptrdiff_t>((k + 1) * np));
+      r.wall_s = wall[k];
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::string fmt_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && u < 3) b /= 1024, ++u;
+  char s[32];
+  std::snprintf(s, sizeof s, b < 10 && u > 0 ? "%.1f %s" : "%.0f %s", b, units[u]);
+  return s;
+}
+
+std::string fmt_time(double s) {
+  char out[32];
+  if (s < 1e-3) std::snprintf(out, sizeof out, "%.1f us", s * 1e6);
+  else if (s < 1) std::snprintf(out, sizeof out, "%.2f ms", s * 1e3);
+  else std::snprintf(out, sizeof out, "%.2f s", s);
+  return out;
+}
+
+std::string describe(const dist::NetworkModel& m) {
+  std::ostringstream os;
+  auto gbs = [](double bps) { return std::to_string(static_cast<int>(bps / 1e9 * 100) / 100.0).substr(0, 5); };
+  if (m.ranks_per_node > 0) {
+    os << "two-level network: nodes of " << m.ranks_per_node << " ranks; inside a node alpha "
+       << m.latency_s * 1e6 << " us, " << gbs(m.bandwidth_Bps) << " GB/s; between nodes alpha "
+       << m.inter_node_latency_s * 1e6 << " us, " << gbs(m.inter_node_bandwidth_Bps) << " GB/s";
+  } else {
+    os << "flat network: alpha " << m.latency_s * 1e6 << " us, " << gbs(m.bandwidth_Bps)
+       << " GB/s per link";
+  }
+  os << "; reduction " << (m.reduce_Bps > 0 ? gbs(m.reduce_Bps) + " GB/s" : std::string("free"));
+  return os.str();
+}
+
+void print_collective(const std::string& collective, const std::vector<Row>& rows,
+                      const std::vector<int>& world_sizes, const std::vector<std::size_t>& sizes) {
+  std::printf("\n== %s ==\n", collective.c_str());
+  std::printf("%5s %10s  %-12s %12s %12s %12s\n", "ranks", "size", "algorithm", "sim time",
+              "wall time", "sent/rank");
+  // winner[(p, size)] = algorithm with the least simulated time
+  std::map<std::pair<int, std::size_t>, std::string> winner;
+  for (int p : world_sizes) {
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<const Row*> group;
+      for (const auto& r : rows) {
+        if (r.collective == collective && r.world_size == p && r.bytes == floats_for(sizes[k], p) * 4) {
+          group.push_back(&r);
+        }
+      }
+      const Row* best = nullptr;
+      for (const Row* r : group) {
+        if (r->status.empty() && (best == nullptr || r->sim_s < best->sim_s)) best = r;
+      }
+      // Algorithms within 0.5% of the best tie (e.g. every algorithm at 2 ranks).
+      auto ties = [&](const Row* r) { return best && r->status.empty() && r->sim_s <= best->sim_s * 1.005; };
+      if (best) {
+        const auto n_tied = std::count_if(group.begin(), group.end(), ties);
+        winner[{p, k}] = n_tied > 1 ? "tie" : best->algorithm;
+      }
+      for (const Row* r : group) {
+        if (r->status.empty()) {
+          std::printf("%5d %10s  %-12s %12s %12s %12s%s\n", p, fmt_bytes(double(r->bytes)).c_str(),
+                      r->algorithm.c_str(), fmt_time(r->sim_s).c_str(), fmt_time(r->wall_s).c_str(),
+                      fmt_bytes(double(r->sent_per_rank)).c_str(), ties(r) ? "  <- fastest" : "");
+        } else {
+          std::printf("%5d %10s  %-12s %s\n", p, fmt_bytes(double(r->bytes)).c_str(),
+                      r->algorithm.c_str(), r->status.c_str());
+        }
+      }
+    }
+  }
+  std::printf("fastest (simulated; tie = several within 0.5%%):\n%8s", "ranks");
+  for (std::size_t s : sizes) std::printf(" %11s", fmt_bytes(double(s)).c_str());
+  std::printf("\n");
+  for (int p : world_sizes) {
+    std::printf("%8d", p);
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      auto it = winner.find({p, k});
+      std::printf(" %11s", it == winner.end() ? "-" : it->second.c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"03_collectives: your collectives next to the built-ins, on the simulated network"};
+  auto flags = distlab::add_launch_options(app);
+  bool full = false;
+  std::string csv_path;
+  std::vector<std::string> only;
+  double reduce_bps = 0;
+  app.add_flag("--full", full, "every size from 4 KiB to 16 MiB (x4) and world sizes 2..16");
+  app.add_option("--csv", csv_path,
+                 "write rows collective,algorithm,world_size,bytes,sim_time_s,wall_time_s,"
+                 "bytes_sent_per_rank to this file");
+  app.add_option("--collective", only,
+                 "only these: broadcast, reduce, all-reduce, gather, all-gather, reduce-scatter");
+  app.add_option("--reduce-bandwidth", reduce_bps,
+                 "local reduction speed in bytes/s for the simulated clock (0 = free)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    dist::LaunchOptions opts = flags->resolve();
+    opts.network.reduce_Bps = reduce_bps;
+    if (opts.backend != dist::Backend::Threads) {
+      std::fprintf(stderr, "run_03_collectives compares simulated times: use --backend threads\n");
+      return 2;
+    }
+    const std::string trace = opts.trace_path;
+    opts.trace_path.clear();  // one trace of one launch, written at the end
+
+    std::vector<int> world_sizes = full ? std::vector<int>{2, 3, 4, 6, 8, 12, 16}
+                                        : std::vector<int>{2, 4, 8, 16};
+    if (app.count("--world-size") > 0) world_sizes = {flags->world_size};
+    std::vector<std::size_t> sizes;
+    for (std::size_t s = 4096; s <= (16u << 20); s *= full ? 4 : 16) sizes.push_back(s);
+
+    std::vector<Algorithm> algs;
+    for (auto& a : algorithms()) {
+      if (only.empty() || std::find(only.begin(), only.end(), a.collective) != only.end()) {
+        algs.push_back(a);
+      }
+    }
+    if (algs.empty()) {
+      std::fprintf(stderr, "no such collective; use broadcast, reduce, all-reduce, gather, "
+                           "all-gather or reduce-scatter\n");
+      return 2;
+    }
+
+    std::printf("03_collectives: simulated time = the alpha-beta clock of the threads backend;\n"
+                "sent/rank = bytes sent by the busiest rank; sizes are the whole vector (gather,\n"
+                "all-gather: the output; reduce-scatter: the input). Root/destination: rank 0.\n%s\n",
+                describe(opts.network).c_str());
+    std::vector<Row> rows;
+    for (const auto& a : algs) {
+      for (int p : world_sizes) {
+        auto r = measure(a, opts, p, sizes);
+        rows.insert(rows.end(), r.begin(), r.end());
+      }
+    }
+    std::vector<std::string> order;
+    for (const auto& a : algs) {
+      if (std::find(order.begin(), order.end(), a.collective) == order.end()) order.push_back(a.collective);
+    }
+    for (const auto& c : order) print_collective(c, rows, world_sizes, sizes);
+
+    if (!csv_path.empty()) {
+      std::ofstream out(csv_path);
+      if (!out) throw dist::Error("cannot write " + csv_path + ": check the folder exists");
+      out << "collective,algorithm,world_size,bytes,sim_time_s,wall_time_s,bytes_sent_per_rank\n";
+      for (const auto& r : rows) {
+        if (!r.status.empty()) continue;
+        out << r.collective << ',' << r.algorithm << ',' << r.world_size << ',' << r.bytes << ','
+            << r.sim_s << ',' << r.wall_s << ',' << r.sent_per_rank << '\n';
+      }
+      std::printf("\nwrote %s\n", csv_path.c_str());
+    }
+
+    if (!trace.empty()) {
+      // One launch with every algorithm that ran, 1 MiB each, one after the other.
+      std::vector<const Algorithm*> ok;
+      for (const auto& a : algs) {
+        bool fine = true;
+        for (const auto& r : rows) {
+          if (r.collective == a.collective && r.algorithm == a.name && !r.status.empty()) fine = false;
+        }
+        if (fine) ok.push_back(&a);
+      }
+      opts.trace_path = trace;
+      opts.world_size = world_sizes.back() > 8 ? 8 : world_sizes.back();
+      dist::launch(opts, [&] {
+        Buffers bufs;
+        for (const Algorithm* a : ok) {
+          a->setup(bufs, floats_for(1u << 20, opts.world_size), opts.world_size);
+          dist::barrier();
+          a->run(bufs);
+        }
+      });
+      std::printf("\nwrote the trace of every algorithm (1 MiB, %d ranks) to %s: open it in "
+                  "https://ui.perfetto.dev\n", opts.world_size, trace.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "run_03_collectives: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
