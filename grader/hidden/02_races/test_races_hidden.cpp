@@ -1,0 +1,167 @@
+// Hidden tests of 02_races: more repetitions, more callers, a three-account cycle, edge cases of
+// the random streams. Also run under ThreadSanitizer by the grader.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "../../tests/02_races/child_process.hpp"
+#include "races.hpp"
+
+using distlab::testing::run_in_child;
+
+TEST(HiddenLostUpdate, ManyRunsOfAllThreeFixes) {
+  for (int run = 0; run < 20; ++run) {
+    ASSERT_EQ(races::add_and_subtract_with_mutex(20000), 0) << "mutex, run " << run;
+    ASSERT_EQ(races::add_and_subtract_with_atomic(100000), 0) << "atomic, run " << run;
+    ASSERT_EQ(races::add_and_subtract_with_local_sums(100000), 0) << "local sums, run " << run;
+  }
+  EXPECT_EQ(races::add_and_subtract_with_atomic(2'000'000), 0);
+  EXPECT_EQ(races::add_and_subtract_with_local_sums(5'000'000), 0);
+}
+
+TEST(HiddenLostUpdate, EightConcurrentCallers) {
+  std::vector<long> results(8, -1);
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 8; ++c) {
+    callers.emplace_back([&, c] {
+      long r = 0;
+      for (int k = 0; k < 3; ++k) {
+        if (c % 3 == 0) r += races::add_and_subtract_with_mutex(5000);
+        if (c % 3 == 1) r += races::add_and_subtract_with_atomic(20000);
+        if (c % 3 == 2) r += races::add_and_subtract_with_local_sums(20000);
+      }
+      results[static_cast<std::size_t>(c)] = r;
+    });
+  }
+  for (auto& t : callers) t.join();
+  for (int c = 0; c < 8; ++c) EXPECT_EQ(results[static_cast<std::size_t>(c)], 0) << "caller " << c;
+}
+
+namespace {
+
+/// Three threads move money around the cycle a -> b -> c -> a for `seconds`: locking "from, then
+/// to" deadlocks here too (each thread holds one account the next one needs).
+std::string cycle_transfers(double seconds) {
+  races::Account a(10, 500), b(20, 500), c(30, 500);
+  races::Account* acc[3] = {&a, &b, &c};
+  std::atomic<int> ready{0};
+  std::atomic<bool> stop{false};
+  long rounds[3] = {0, 0, 0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 3; ++i) {
+    ts.emplace_back([&, i] {
+      ++ready;
+      while (ready.load() < 4) std::this_thread::yield();
+      races::Account& from = *acc[i];
+      races::Account& to = *acc[(i + 1) % 3];
+      for (; rounds[i] < 5000 || !stop.load(std::memory_order_relaxed); ++rounds[i]) {
+        races::transfer(from, to, i + 1);
+      }
+    });
+  }
+  ++ready;
+  while (ready.load() < 4) std::this_thread::yield();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : ts) t.join();
+  std::string err;
+  for (int i = 0; i < 3; ++i) {
+    const long want = 500 - (i + 1) * rounds[i] + ((i + 2) % 3 + 1) * rounds[(i + 2) % 3];
+    if (acc[i]->balance != want) {
+      err += "account " + std::to_string(acc[i]->id) + " holds " + std::to_string(acc[i]->balance) +
+             ", expected " + std::to_string(want) + ". ";
+    }
+  }
+  return err;
+}
+
+}  // namespace
+
+TEST(HiddenLockOrdering, ThreeAccountCycleNeverDeadlocks) {
+  const auto r = run_in_child([] { return cycle_transfers(0.5); }, 10.0);
+  ASSERT_TRUE(r.finished) << "deadlock: three threads transferring around a -> b -> c -> a did not "
+                             "finish within 10 s; lock both accounts with std::scoped_lock or in "
+                             "one global order (by id)";
+  EXPECT_EQ(r.message, "ok") << (r.message.empty() ? "the child process crashed" : r.message);
+}
+
+TEST(HiddenLockOrdering, TransferToItselfWhileOthersTransfer) {
+  const auto r = run_in_child(
+      [] {
+        races::Account a(1, 100), b(2, 100);
+        std::thread t1([&] {
+          for (int i = 0; i < 20000; ++i) races::transfer(a, a, 5);
+        });
+        std::thread t2([&] {
+          for (int i = 0; i < 20000; ++i) races::transfer(a, b, 1);
+        });
+        t1.join();
+        t2.join();
+        return (a.balance == 100 - 20000 && b.balance == 100 + 20000)
+                   ? std::string()
+                   : "balances " + std::to_string(a.balance) + " and " + std::to_string(b.balance) +
+                         ", expected " + std::to_string(100 - 20000) + " and " +
+                         std::to_string(100 + 20000);
+      },
+      10.0);
+  ASSERT_TRUE(r.finished) << "transfer(a, a, ...) must not lock the same mutex twice (self-deadlock)";
+  EXPECT_EQ(r.message, "ok");
+}
+
+TEST(HiddenRandomStreams, ManyRanksAllDistinctAndBadRankRejected) {
+  std::unordered_set<std::uint64_t> seeds;
+  for (int rank = 0; rank < 100000; ++rank) seeds.insert(races::stream_seed(5, rank, races::Purpose::Data));
+  EXPECT_EQ(seeds.size(), 100000u) << "data stream seeds of ranks 0..99999 must all differ";
+  EXPECT_THROW(races::stream_seed(5, -1, races::Purpose::Data), std::invalid_argument);
+  EXPECT_EQ(races::stream_seed(5, 70000, races::Purpose::ModelInit),
+            races::stream_seed(5, 0, races::Purpose::ModelInit));
+}
+
+TEST(HiddenRandomStreams, EmptyAndLargeDraws) {
+  EXPECT_TRUE(races::init_model(0, 1, 0).empty());
+  EXPECT_TRUE(races::draw_data(0, 1, 3).empty());
+  const auto d = races::draw_data(100000, 1, 3);
+  double mean = 0;
+  for (double x : d) {
+    ASSERT_GE(x, 0.0);
+    ASSERT_LT(x, 1.0);
+    mean += x / static_cast<double>(d.size());
+  }
+  EXPECT_NEAR(mean, 0.5, 0.01) << "to_unit values of a good generator average 1/2";
+  const auto w = races::init_model(100000, 1, 3);
+  for (double x : w) {
+    ASSERT_GE(x, -0.1);
+    ASSERT_LT(x, 0.1);
+  }
+}
+
+TEST(HiddenRandomStreams, ShuffleDependsOnSeedOnly) {
+  const auto p = races::shuffle_order(1000, 3, 0);
+  EXPECT_NE(races::shuffle_order(1000, 4, 0), p);
+  EXPECT_EQ(races::shuffle_order(1000, 3, 12345), p);
+}
+
+TEST(HiddenRandomStreams, SixteenRanksAsThreadsRepeatedly) {
+  std::vector<std::vector<double>> ref;
+  for (int r = 0; r < 16; ++r) ref.push_back(races::draw_data(128, 77, r));
+  for (int round = 0; round < 10; ++round) {
+    std::vector<std::vector<double>> got(16);
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 16; ++r) {
+      ts.emplace_back([&, r] {
+        for (int k = 0; k < 3; ++k) got[static_cast<std::size_t>(r)] = races::draw_data(128, 77, r);
+      });
+    }
+    for (auto& t : ts) t.join();
+    ASSERT_EQ(got, ref) << "round " << round;
+  }
+}
