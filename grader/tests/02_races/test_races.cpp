@@ -139,7 +139,8 @@ TEST(LockOrdering, OppositeTransfersNeverDeadlockAndConserveTheTotal) {
                              "waits for the other: lock both with std::scoped_lock(from.mutex, "
                              "to.mutex), or always lock the account with the smaller id first.";
   EXPECT_EQ(r.message, "ok") << (r.message.empty() ? "the child process running the transfers "
-                                                     "crashed or was killed"
+                                                     "stopped without a result: it crashed, or "
+                                                     "ThreadSanitizer stopped it (report above)"
                                                    : r.message);
 }
 
