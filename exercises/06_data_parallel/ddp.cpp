@@ -1,0 +1,121 @@
+#include "ddp.hpp"
+
+#include <memory>
+#include <stdexcept>
+
+#include "datasets/loader.hpp"
+#include "dist/eigen.hpp"
+#include "distlab/timing.hpp"
+
+namespace dp {
+
+KitDDP::KitDDP(mlp::MLP& model) : model_(model) {
+  for (mlp::Parameter* p : model_.parameters()) dist::broadcast(dist::as_span(p->value), 0);
+}
+
+void KitDDP::finish_gradient_sync() {
+  for (mlp::Parameter* p : model_.parameters()) dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Avg);
+}
+
+ComputeModel::ComputeModel(mlp::MLP& model, int batch_size, double flops_per_s)
+    : model_(model), batch_size_(batch_size), flops_per_s_(flops_per_s) {
+  if (flops_per_s <= 0) throw std::invalid_argument("ComputeModel: flops_per_s must be > 0");
+  for (mlp::Parameter* p : model_.parameters()) {
+    const double seconds = 4.0 * batch_size_ * static_cast<double>(p->numel()) / flops_per_s_;
+    handles_.push_back(p->add_hook([seconds](mlp::Parameter&) { dist::sim_compute(seconds, "backward"); }));
+  }
+}
+
+ComputeModel::~ComputeModel() {
+  const auto params = model_.parameters();
+  for (std::size_t i = 0; i < handles_.size(); ++i) params[i]->remove_hook(handles_[i]);
+}
+
+void ComputeModel::charge_forward() const {
+  dist::sim_compute(model_.forward_flops(batch_size_) / flops_per_s_, "forward");
+}
+
+const char* to_string(Sync s) {
+  switch (s) {
+    case Sync::Kit: return "kit DDP";
+    case Sync::Manual: return "allreduce_gradients after backward";
+    case Sync::MyDP: return "MyDP (buckets, overlap)";
+  }
+  return "?";
+}
+
+float dp_step(Sync mode, void* wrapper, mlp::MLP& model, mlp::SGD& opt, const mlp::Matrix& x,
+              const mlp::Labels& y, mlp::Matrix& probs, mlp::Matrix& dlogits,
+              const ComputeModel* compute) {
+  if (compute) compute->charge_forward();
+  const mlp::Matrix& logits = model.forward(x);
+  const float loss = mlp::softmax_cross_entropy_forward(logits, y, probs);
+  mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+  model.backward(dlogits);
+  switch (mode) {
+    case Sync::Kit: static_cast<KitDDP*>(wrapper)->finish_gradient_sync(); break;
+    case Sync::Manual: allreduce_gradients(model); break;
+    case Sync::MyDP: static_cast<MyDP*>(wrapper)->finish_gradient_sync(); break;
+  }
+  opt.step();
+  return loss;
+}
+
+std::vector<mlp::LogLine> train_data_parallel(const mlp::Config& c, const datasets::Split& data,
+                                              const RunOptions& o,
+                                              const std::function<void(const mlp::LogLine&)>& out,
+                                              mlp::MLP* trained) {
+  c.validate();
+  const int rank = dist::rank(), world = dist::world_size();
+  mlp::MLP model(c, c.seed + 2 + static_cast<std::uint64_t>(rank));
+  std::unique_ptr<ComputeModel> compute;
+  if (o.compute_flops_per_s > 0) compute = std::make_unique<ComputeModel>(model, c.batch_size, o.compute_flops_per_s);
+  std::unique_ptr<KitDDP> kit;
+  std::unique_ptr<MyDP> mine;
+  void* wrapper = nullptr;
+  if (o.sync == Sync::Kit) {
+    kit = std::make_unique<KitDDP>(model);
+    wrapper = kit.get();
+  } else if (o.sync == Sync::MyDP) {
+    mine = std::make_unique<MyDP>(model, o.bucket_cap_bytes);
+    wrapper = mine.get();
+  } else {
+    for (mlp::Parameter* p : model.parameters()) dist::broadcast(dist::as_span(p->value), 0);
+  }
+  mlp::SGD opt(model.parameters(), c.learning_rate);
+  const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
+  mlp::Matrix x, probs, dlogits;
+  mlp::Labels y;
+  std::vector<mlp::LogLine> log;
+  std::vector<double> times;
+  double loss_sum = 0;
+  int loss_count = 0;
+  for (int step = 0; step < c.niters; ++step) {
+    loader.load(global_batch_index(step, rank, world), x, y);
+    distlab::Stopwatch sw;
+    loss_sum += dp_step(o.sync, wrapper, model, opt, x, y, probs, dlogits, compute.get());
+    times.push_back(sw.elapsed_ms());
+    ++loss_count;
+    if (step % c.log_every == 0 || step == c.niters - 1) {
+      double mean = loss_sum / loss_count;
+      dist::all_reduce(std::span<double>(&mean, 1), dist::ReduceOp::Avg);
+      if (rank == 0) {
+        mlp::LogLine line{step, static_cast<float>(mean), mlp::evaluate_loss(model, data.test),
+                          distlab::median(times)};
+        if (out) out(line);
+        log.push_back(line);
+      }
+      times.clear();
+      loss_sum = 0;
+      loss_count = 0;
+    }
+  }
+  if (trained) {  // values only: the hooks stay with (and leave with) this rank's model
+    const auto src = model.parameters();
+    const auto dst = trained->parameters();
+    for (std::size_t i = 0; i < src.size() && i < dst.size(); ++i) dst[i]->value = src[i]->value;
+  }
+  return log;
+}
+
+}  // namespace dp

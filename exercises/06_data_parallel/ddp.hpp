@@ -1,0 +1,74 @@
+// Given code for 06_data_parallel: the kit's data-parallel wrapper (the counterpart of torch's
+// DistributedDataParallel that task 1 uses before you write your own), a model of compute time
+// for the simulated clock, and the data-parallel training loop.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "data_parallel.hpp"
+#include "datasets/classification.hpp"
+#include "mlp.hpp"
+
+namespace dp {
+
+/// The kit's wrapper: broadcasts rank 0's weights at construction; finish_gradient_sync()
+/// averages each gradient with a blocking all-reduce after backward (no hooks, no overlap).
+class KitDDP {
+ public:
+  explicit KitDDP(mlp::MLP& model);
+  void finish_gradient_sync();
+
+ private:
+  mlp::MLP& model_;
+};
+
+/// Charges modelled compute time to the simulated clock (dist::sim_compute): registers a hook on
+/// every parameter that charges its layer's backward (dW and dx: 4 B in out FLOPs) at
+/// `flops_per_s`. Register it BEFORE wrapping the model, so the compute is charged before a
+/// wrapper's hook starts communication. Call charge_forward() for the forward pass.
+class ComputeModel {
+ public:
+  ComputeModel(mlp::MLP& model, int batch_size, double flops_per_s);
+  ~ComputeModel();
+  ComputeModel(const ComputeModel&) = delete;
+  ComputeModel& operator=(const ComputeModel&) = delete;
+  void charge_forward() const;
+
+ private:
+  mlp::MLP& model_;
+  int batch_size_;
+  double flops_per_s_;
+  std::vector<int> handles_;
+};
+
+/// How the gradients of a data-parallel step are synchronised.
+enum class Sync { Kit, Manual, MyDP };
+const char* to_string(Sync s);
+
+/// One data-parallel training step on this rank's batch (x, y): forward, loss, backward,
+/// gradient sync, SGD. `sync` is KitDDP*, nullptr (Manual: allreduce_gradients) or MyDP*
+/// according to mode. Returns this rank's batch loss.
+float dp_step(Sync mode, void* wrapper, mlp::MLP& model, mlp::SGD& opt, const mlp::Matrix& x,
+              const mlp::Labels& y, mlp::Matrix& probs, mlp::Matrix& dlogits,
+              const ComputeModel* compute = nullptr);
+
+struct RunOptions {
+  Sync sync = Sync::MyDP;
+  std::size_t bucket_cap_bytes = 1u << 20;  // MyDP's bucket cap
+  double compute_flops_per_s = 0;           // > 0: model compute time on the simulated clock
+};
+
+/// Runs on every rank (inside dist::launch): each rank builds its model from seed
+/// config.seed + 2 + rank (different on purpose: the wrapper's broadcast must fix that), wraps
+/// it, and trains config.niters steps on its shard of the batches (global_batch_index). Rank 0
+/// evaluates the held-out loss; train_loss is the mean over ranks. Calls `out` on rank 0 with
+/// every log line, returns the log (rank 0) and copies the trained weights into *trained if set (a model of
+/// the same config).
+std::vector<mlp::LogLine> train_data_parallel(const mlp::Config& config, const datasets::Split& data,
+                                              const RunOptions& options,
+                                              const std::function<void(const mlp::LogLine&)>& out = {},
+                                              mlp::MLP* trained = nullptr);
+
+}  // namespace dp
