@@ -12,6 +12,13 @@
 
 namespace {
 
+/// "<what><i>" (snprintf: GCC 12 warns falsely about "w" + std::to_string(i)).
+std::string indexed(const char* what, std::size_t i) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s%zu", what, i);
+  return buf;
+}
+
 void write_case(const std::filesystem::path& dir, const golden05::Case& gc) {
   const mlp::Config& c = gc.config;
   const auto file = [&](const std::string& what) {
@@ -23,7 +30,7 @@ void write_case(const std::filesystem::path& dir, const golden05::Case& gc) {
   const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
   mlp::MLP model(c, c.seed + 2);
   const auto params = model.parameters();
-  for (std::size_t i = 0; i < params.size(); ++i) datasets::save_npy(file("w" + std::to_string(i)), params[i]->value);
+  for (std::size_t i = 0; i < params.size(); ++i) datasets::save_npy(file(indexed("w", i)), params[i]->value);
 
   // One forward/backward on batch 0.
   mlp::Matrix x, probs, dlogits;
@@ -37,7 +44,7 @@ void write_case(const std::filesystem::path& dir, const golden05::Case& gc) {
   datasets::save_npy(file("loss"), std::span<const float>(&loss, 1), {1});
   mlp::softmax_cross_entropy_backward(probs, y, dlogits);
   model.backward(dlogits);
-  for (std::size_t i = 0; i < params.size(); ++i) datasets::save_npy(file("grad" + std::to_string(i)), params[i]->grad);
+  for (std::size_t i = 0; i < params.size(); ++i) datasets::save_npy(file(indexed("grad", i)), params[i]->grad);
 
   // A few SGD steps from the initial weights, on batches 0, 1, ...
   mlp::MLP fresh(c, c.seed + 2);
@@ -55,7 +62,7 @@ void write_case(const std::filesystem::path& dir, const golden05::Case& gc) {
   datasets::save_npy(file("steps_y"), ys);
   datasets::save_npy(file("losses"), std::span<const float>(losses), {static_cast<std::int64_t>(losses.size())});
   const auto fp = fresh.parameters();
-  for (std::size_t i = 0; i < fp.size(); ++i) datasets::save_npy(file("final_w" + std::to_string(i)), fp[i]->value);
+  for (std::size_t i = 0; i < fp.size(); ++i) datasets::save_npy(file(indexed("final_w", i)), fp[i]->value);
   std::printf("%s: loss %.6f, after %d steps %.6f\n", gc.name.c_str(), static_cast<double>(loss),
               gc.steps, static_cast<double>(losses.back()));
 }
