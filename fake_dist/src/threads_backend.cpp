@@ -203,8 +203,13 @@ class Engine {
     boxes_.resize(static_cast<std::size_t>(p_));
     thread_done_.assign(static_cast<std::size_t>(p_), 0);
     tracing_ = !opts_.trace_path.empty();
+    // Waits spin briefly (pause instruction), then yield, then sleep. With no more ranks than
+    // hardware threads a partner is likely running, so spinning longer pays off; with more ranks
+    // the waiter should give its core away quickly.
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-    spin_iters_ = static_cast<unsigned>(p_) <= hw ? 20000 : 200;
+    const bool roomy = static_cast<unsigned>(p_) <= hw;
+    spin_ = std::chrono::microseconds(roomy ? 20 : 2);
+    yield_ = std::chrono::microseconds(roomy ? 200 : 20);
   }
 
   const LaunchOptions& options() const { return opts_; }
@@ -271,7 +276,23 @@ class Engine {
   std::function<void()> body_;
   int p_;
   bool tracing_ = false;
-  unsigned spin_iters_ = 0;
+  std::chrono::nanoseconds spin_{0}, yield_{0};
+
+  // Spins (pause), then yields, until ready() or the spin budget is used up.
+  template <typename Ready>
+  bool spin_until(Ready&& ready) const {
+    const auto start = SteadyClock::now();
+    for (unsigned i = 1;; ++i) {
+      if (ready()) return true;
+      cpu_relax();
+      if ((i & 31) == 0 && SteadyClock::now() - start > spin_) break;
+    }
+    while (SteadyClock::now() - start < yield_) {
+      if (ready()) return true;
+      std::this_thread::yield();
+    }
+    return ready();
+  }
 
   std::mutex mu_;
   std::vector<std::unique_ptr<Rank>> ranks_;
@@ -304,14 +325,7 @@ struct AsyncColl {
 // ---- waiting ------------------------------------------------------------------------------------
 
 bool Engine::sleep_until_woken(Rank& me, std::uint64_t seq, SteadyClock::time_point deadline) {
-  for (unsigned i = 0; i < spin_iters_; ++i) {
-    if (me.wake.load(std::memory_order_acquire) != seq) return true;
-    cpu_relax();
-  }
-  for (int i = 0; i < 4; ++i) {
-    if (me.wake.load(std::memory_order_acquire) != seq) return true;
-    std::this_thread::yield();
-  }
+  if (spin_until([&] { return me.wake.load(std::memory_order_acquire) != seq; })) return true;
   me.sleeping.store(true, std::memory_order_seq_cst);
   bool woken;
   {
@@ -824,10 +838,7 @@ void Engine::wait_parts(CollSlot& s) {
     s.parts_done.notify_all();
     return;
   }
-  for (unsigned i = 0; i < spin_iters_; ++i) {
-    if (s.parts_done.load(std::memory_order_acquire) == p_) return;
-    cpu_relax();
-  }
+  if (spin_until([&] { return s.parts_done.load(std::memory_order_acquire) == p_; })) return;
   for (;;) {
     const int v = s.parts_done.load(std::memory_order_acquire);
     if (v == p_) return;
