@@ -209,7 +209,7 @@ def _lock(path: Path, say: Progress):  # type: ignore[no-untyped-def]
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        say(f"waiting for another ./distlab grade that uses {rel(path.parent)}")
+        print(f"waiting for another ./distlab grade that uses {rel(path.parent)}", flush=True)
         fcntl.flock(f, fcntl.LOCK_EX)
     return f
 

@@ -229,6 +229,34 @@ class TestGrading(GraderTestCase):
         self.assertIn("could not be read", rows["carol"]["status"])
 
 
+class TestRelease(GraderTestCase):
+    def test_release_grades_stubs_to_zero_on_its_own(self) -> None:
+        out = self.tmp / "student-repo"
+        r = distlab("release", str(out))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertFalse((out / "solutions").exists())
+        self.assertFalse((out / "grader/hidden").exists())
+        self.assertNotIn("add_large", (out / "grader/manifest.toml").read_text())
+        self.assertTrue((out / "exercises/01_fix/fix.cpp").is_file())
+        r = subprocess.run([sys.executable, str(out / "distlab"), "grade", "01_fix", "--quiet"], cwd=out,
+                           capture_output=True, text=True, timeout=600)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        data = json.loads((out / "build/grade/exercises/report/results.json").read_text())
+        self.assertEqual(data["score"], 0)
+        self.assertEqual(len(data["tests"]), 2)
+        r = subprocess.run([sys.executable, str(out / "distlab"), "grade", "--solutions"], cwd=out,
+                           capture_output=True, text=True)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("student repository", r.stderr)
+
+    def test_submit_packs_only_owned_files(self) -> None:
+        z = self.tmp / "sub.zip"
+        r = distlab("submit", "-o", str(z))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with zipfile.ZipFile(z) as zf:
+            self.assertEqual(sorted(zf.namelist()), sorted(SOLUTION))
+
+
 class TestStudentMode(GraderTestCase):
     def test_blocked_by_an_earlier_module(self) -> None:
         fix = KIT / "exercises/01_fix/fix.cpp"
