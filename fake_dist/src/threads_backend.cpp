@@ -71,6 +71,7 @@ struct P2POp {
   double ts = 0, cost = 0;  // set by the sender at post; copied into the recv at match
   std::atomic<bool> done{false};
   bool waited = false;     // owner thread only
+  SteadyClock::time_point first_poll{};  // owner thread only: first is_completed() that said no
   std::string error;       // non-empty: mismatch (set before done)
 
   std::string describe() const {
@@ -231,6 +232,7 @@ class Engine {
                               std::size_t count, DataType type, int peer, int tag);
   void wait_p2p(int r, const std::shared_ptr<P2POp>& op);
   bool p2p_completed(int r, const std::shared_ptr<P2POp>& op);
+  void check_poll_timeout(int r, SteadyClock::time_point& first_poll, const std::string& what);
 
   // collectives
   void collective(int r, CollCall call);
@@ -320,6 +322,7 @@ struct AsyncColl {
   int rank = 0;
   std::shared_ptr<CollSlot> slot;
   bool applied = false;  // owner thread only
+  SteadyClock::time_point first_poll{};
 };
 
 // ---- waiting ------------------------------------------------------------------------------------
@@ -695,8 +698,21 @@ bool Engine::p2p_completed(int r, const std::shared_ptr<P2POp>& op) {
     std::lock_guard<std::mutex> g(mu_);
     throw_failure_locked();
   }
-  (void)r;
+  check_poll_timeout(r, op->first_poll, op->describe().substr(8));
   return false;
+}
+
+// A rank polling is_completed() is running, so deadlock detection cannot see it; a poll loop
+// that lasts longer than the timeout is reported like a wait that does.
+void Engine::check_poll_timeout(int r, SteadyClock::time_point& first_poll, const std::string& what) {
+  const auto now = SteadyClock::now();
+  if (first_poll == SteadyClock::time_point{}) first_poll = now;
+  if (now - first_poll > opts_.timeout) {
+    throw TimeoutError("timeout: rank " + std::to_string(r) + " polled is_completed() on " + what + " for " +
+                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - first_poll).count()) +
+                       " ms without completion (LaunchOptions::timeout is " + std::to_string(opts_.timeout.count()) +
+                       " ms); check that the matching call is made, or call wait() so a deadlock is reported");
+  }
 }
 
 // ---- collectives ------------------------------------------------------------------------------------
@@ -953,6 +969,7 @@ bool Engine::async_completed(AsyncColl& a) {
     std::lock_guard<std::mutex> g(mu_);
     throw_failure_locked();
   }
+  check_poll_timeout(a.rank, a.first_poll, a.slot->calls[static_cast<std::size_t>(a.rank)].describe());
   return false;
 }
 

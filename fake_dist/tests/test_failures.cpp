@@ -283,6 +283,19 @@ TEST(Timeout, RankStuckInItsOwnCode) {
   EXPECT_TRUE(contains(msg, "rank 1 running its own code")) << msg;
 }
 
+TEST(Timeout, PollingIsCompletedForever) {
+  double secs = 0;
+  const std::string msg = expect_error<dist::TimeoutError>(opts(2, 300), [] {
+    std::vector<float> v(2);
+    if (dist::rank() == 0) {
+      dist::Work w = dist::irecv(std::span<float>(v), 1, 9);
+      while (!w.is_completed()) std::this_thread::yield();
+    }
+  }, &secs);
+  EXPECT_LT(secs, 5.0);
+  EXPECT_TRUE(contains(msg, "rank 0 polled is_completed() on irecv(src=1, tag=9, 2 floats)")) << msg;
+}
+
 TEST(BadArguments, WorldSizeBelowOne) {
   EXPECT_THROW(dist::launch(0, [] {}), dist::Error);
   EXPECT_THROW(dist::launch(-3, [] {}), dist::Error);
