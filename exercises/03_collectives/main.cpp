@@ -201,8 +201,12 @@ void print_collective(const std::string& collective, const std::vector<Row>& row
       // Algorithms within 0.5% of the best tie (e.g. every algorithm at 2 ranks).
       auto ties = [&](const Row* r) { return best && r->status.empty() && r->sim_s <= best->sim_s * 1.005; };
       if (best) {
-        const auto n_tied = std::count_if(group.begin(), group.end(), ties);
-        winner[{p, k}] = n_tied > 1 ? "tie" : best->algorithm;
+        // Name the one student algorithm that ties only with the built-in (same algorithm).
+        std::vector<std::string> tied;
+        for (const Row* r : group) {
+          if (ties(r) && r->algorithm != "built-in") tied.push_back(r->algorithm);
+        }
+        winner[{p, k}] = tied.size() == 1 ? tied[0] : (tied.empty() ? best->algorithm : "tie");
       }
       for (const Row* r : group) {
         if (r->status.empty()) {
