@@ -131,7 +131,7 @@ double to_unit(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x
 std::uint64_t stream_seed(std::uint64_t seed, int rank, Purpose purpose) {
   if (rank < 0) throw std::invalid_argument("stream_seed: rank must be >= 0, got " + std::to_string(rank));
   std::uint64_t h = 0;
-  // BEGIN SOLUTION: h = splitmix64(splitmix64(seed) ^ purpose); unless the purpose is shared, mix in the rank: h = splitmix64(h ^ rank)
+  // BEGIN SOLUTION: mix seed, purpose and (only for purposes not shared across ranks) rank into h with splitmix64, one input at a time
   h = splitmix64(splitmix64(seed) ^ static_cast<std::uint64_t>(purpose));
   if (!shared_across_ranks(purpose)) h = splitmix64(h ^ static_cast<std::uint64_t>(rank));
   // END SOLUTION

@@ -16,6 +16,7 @@
 #include "../../tests/02_races/child_process.hpp"
 #include "races.hpp"
 
+using distlab::testing::FirstError;
 using distlab::testing::run_in_child;
 
 TEST(HiddenLostUpdate, ManyRunsOfAllThreeFixes) {
@@ -31,8 +32,9 @@ TEST(HiddenLostUpdate, ManyRunsOfAllThreeFixes) {
 TEST(HiddenLostUpdate, EightConcurrentCallers) {
   std::vector<long> results(8, -1);
   std::vector<std::thread> callers;
+  FirstError errors;
   for (int c = 0; c < 8; ++c) {
-    callers.emplace_back([&, c] {
+    callers.emplace_back(errors.wrap([&, c] {
       long r = 0;
       for (int k = 0; k < 3; ++k) {
         if (c % 3 == 0) r += races::add_and_subtract_with_mutex(5000);
@@ -40,9 +42,10 @@ TEST(HiddenLostUpdate, EightConcurrentCallers) {
         if (c % 3 == 2) r += races::add_and_subtract_with_local_sums(20000);
       }
       results[static_cast<std::size_t>(c)] = r;
-    });
+    }));
   }
   for (auto& t : callers) t.join();
+  ASSERT_EQ(errors.message(), "") << "a caller thread caught an exception";
   for (int c = 0; c < 8; ++c) EXPECT_EQ(results[static_cast<std::size_t>(c)], 0) << "caller " << c;
 }
 
@@ -57,8 +60,9 @@ std::string cycle_transfers(double seconds) {
   std::atomic<bool> stop{false};
   long rounds[3] = {0, 0, 0};
   std::vector<std::thread> ts;
+  FirstError errors;
   for (int i = 0; i < 3; ++i) {
-    ts.emplace_back([&, i] {
+    ts.emplace_back(errors.wrap([&, i] {
       ++ready;
       while (ready.load() < 4) std::this_thread::yield();
       races::Account& from = *acc[i];
@@ -66,13 +70,14 @@ std::string cycle_transfers(double seconds) {
       for (; rounds[i] < 5000 || !stop.load(std::memory_order_relaxed); ++rounds[i]) {
         races::transfer(from, to, i + 1);
       }
-    });
+    }));
   }
   ++ready;
   while (ready.load() < 4) std::this_thread::yield();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   stop = true;
   for (auto& t : ts) t.join();
+  if (!errors.message().empty()) return "transfer threw: " + errors.message();
   std::string err;
   for (int i = 0; i < 3; ++i) {
     const long want = 500 - (i + 1) * rounds[i] + ((i + 2) % 3 + 1) * rounds[(i + 2) % 3];
@@ -100,14 +105,16 @@ TEST(HiddenLockOrdering, TransferToItselfWhileOthersTransfer) {
   const auto r = run_in_child(
       [] {
         races::Account a(1, 100), b(2, 100);
-        std::thread t1([&] {
+        FirstError errors;
+        std::thread t1(errors.wrap([&] {
           for (int i = 0; i < 20000; ++i) races::transfer(a, a, 5);
-        });
-        std::thread t2([&] {
+        }));
+        std::thread t2(errors.wrap([&] {
           for (int i = 0; i < 20000; ++i) races::transfer(a, b, 1);
-        });
+        }));
         t1.join();
         t2.join();
+        if (!errors.message().empty()) return "transfer threw: " + errors.message();
         return (a.balance == 100 - 20000 && b.balance == 100 + 20000)
                    ? std::string()
                    : "balances " + std::to_string(a.balance) + " and " + std::to_string(b.balance) +
@@ -158,12 +165,14 @@ TEST(HiddenRandomStreams, SixteenRanksAsThreadsRepeatedly) {
   for (int round = 0; round < 10; ++round) {
     std::vector<std::vector<double>> got(16);
     std::vector<std::thread> ts;
+    FirstError errors;
     for (int r = 0; r < 16; ++r) {
-      ts.emplace_back([&, r] {
+      ts.emplace_back(errors.wrap([&, r] {
         for (int k = 0; k < 3; ++k) got[static_cast<std::size_t>(r)] = races::draw_data(128, 77, r);
-      });
+      }));
     }
     for (auto& t : ts) t.join();
+    ASSERT_EQ(errors.message(), "") << "a rank thread caught an exception";
     ASSERT_EQ(got, ref) << "round " << round;
   }
 }

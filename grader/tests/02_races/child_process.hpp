@@ -1,5 +1,7 @@
-// Runs code that may deadlock in a forked child process with a time limit, so a test fails with a
-// message instead of hanging (a deadlocked thread cannot be stopped or joined in-process).
+// Test helpers for code that runs on several threads: FirstError keeps what a thread threw (an
+// exception escaping a std::thread would abort the whole test program), and run_in_child runs code
+// that may deadlock in a forked child process with a time limit, so a test fails with a message
+// instead of hanging (a deadlocked thread cannot be stopped or joined in-process).
 #pragma once
 
 #include <sys/types.h>
@@ -9,11 +11,42 @@
 #include <chrono>
 #include <csignal>
 #include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
 namespace distlab::testing {
+
+/// Wrap each thread's body: first_error.wrap([&] { ... }). After joining, message() holds the
+/// first exception's text ("" when none).
+class FirstError {
+ public:
+  template <typename Fn>
+  auto wrap(Fn fn) {
+    return [this, fn]() mutable {
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        set(e.what());
+      } catch (...) {
+        set("an exception that is not a std::exception");
+      }
+    };
+  }
+  std::string message() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return first_;
+  }
+
+ private:
+  void set(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_.empty()) first_ = what.empty() ? "an exception with an empty message" : what;
+  }
+  mutable std::mutex mu_;
+  std::string first_;
+};
 
 // ---- a child process with a time limit, for code that may deadlock --------------------------
 

@@ -25,6 +25,7 @@
 namespace {
 
 using Counter = long (*)(long);
+using distlab::testing::FirstError;
 using distlab::testing::run_in_child;
 
 void check_counter(Counter fn, const char* name) {
@@ -54,14 +55,15 @@ std::string opposite_transfers(double seconds, long min_rounds) {
     while (ready.load() < 4) std::this_thread::yield();
   };
   auto keep_going = [&](long rounds) { return rounds < min_rounds || !stop.load(std::memory_order_relaxed); };
-  std::thread ab([&] {
+  FirstError errors;
+  std::thread ab(errors.wrap([&] {
     start_together();
     for (; keep_going(rounds_ab); ++rounds_ab) races::transfer(a, b, 3);
-  });
-  std::thread ba([&] {
+  }));
+  std::thread ba(errors.wrap([&] {
     start_together();
     for (; keep_going(rounds_ba); ++rounds_ba) races::transfer(b, a, 2);
-  });
+  }));
   std::thread auditor([&] {
     start_together();
     while (!done.load()) {
@@ -79,6 +81,7 @@ std::string opposite_transfers(double seconds, long min_rounds) {
   ba.join();
   done = true;
   auditor.join();
+  if (!errors.message().empty()) return "transfer threw: " + errors.message();
   const long want_a = 1000 - 3 * rounds_ab + 2 * rounds_ba;
   std::string err;
   if (a.balance + b.balance != total) {
@@ -115,15 +118,17 @@ TEST(LostUpdate, FixesAreSafeWhenCalledConcurrently) {
   // Several callers at once: a fix that shares hidden global state between calls fails here.
   std::vector<long> results(4, -1);
   std::vector<std::thread> callers;
+  FirstError errors;
   for (int c = 0; c < 4; ++c) {
-    callers.emplace_back([&, c] {
+    callers.emplace_back(errors.wrap([&, c] {
       const auto i = static_cast<std::size_t>(c);
       if (c % 3 == 0) results[i] = races::add_and_subtract_with_mutex(20000);
       if (c % 3 == 1) results[i] = races::add_and_subtract_with_atomic(20000);
       if (c % 3 == 2) results[i] = races::add_and_subtract_with_local_sums(20000);
-    });
+    }));
   }
   for (auto& t : callers) t.join();
+  ASSERT_EQ(errors.message(), "") << "a caller thread caught an exception";
   for (int c = 0; c < 4; ++c) EXPECT_EQ(results[static_cast<std::size_t>(c)], 0) << "caller " << c;
 }
 
@@ -245,8 +250,9 @@ TEST(RandomStreams, IndependentOfThreadScheduling) {
   for (int round = 0; round < 5; ++round) {
     std::vector<std::vector<double>> init_got(ranks), data_got(ranks);
     std::vector<std::thread> pool;
+    FirstError errors;
     for (int r = 0; r < ranks; ++r) {
-      pool.emplace_back([&, r] {
+      pool.emplace_back(errors.wrap([&, r] {
         const auto i = static_cast<std::size_t>(r);
         if ((r + round) % 2 == 0) {
           data_got[i] = races::draw_data(256, 99, r);
@@ -255,9 +261,10 @@ TEST(RandomStreams, IndependentOfThreadScheduling) {
           init_got[i] = races::init_model(256, 99, r);
           data_got[i] = races::draw_data(256, 99, r);
         }
-      });
+      }));
     }
     for (auto& t : pool) t.join();
+    ASSERT_EQ(errors.message(), "") << "a rank thread caught an exception";
     for (int r = 0; r < ranks; ++r) {
       const auto i = static_cast<std::size_t>(r);
       ASSERT_EQ(init_got[i], init_ref[i]) << "round " << round << ": rank " << r
