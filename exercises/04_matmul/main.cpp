@@ -8,7 +8,7 @@
 // time cannot scale past the number of cores (the threads backend runs every rank as a thread).
 //
 //   ./distlab run 04_matmul                          the default sweep (about 10-20 s)
-//   ./distlab run 04_matmul --world-size 6           p = 1 and 6 only
+//   ./distlab run -n 6 04_matmul                     p = 1 and 6 only
 //   run_04_matmul --shapes square --world-sizes 1,4,9 --scale 2 --network two-level
 #include <Eigen/Core>
 #include <algorithm>
