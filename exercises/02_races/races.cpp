@@ -20,10 +20,19 @@ long add_and_subtract_racy(long repeats) {
   // an optimiser turns each loop into a single `value += repeats`, and the race hides). volatile
   // does NOT make the access atomic or synchronised: this is still a data race.
   volatile long value = 0;
+  // Both threads wait for the other before starting, so their loops overlap in time (otherwise the
+  // first one may be done before the second has even started, and the race hides).
+  std::atomic<int> ready{0};
+  auto start_together = [&ready] {
+    ++ready;
+    while (ready.load() < 2) std::this_thread::yield();
+  };
   std::thread adder([&] {
+    start_together();
     for (long i = 0; i < repeats; ++i) value = value + 1;
   });
   std::thread subtractor([&] {
+    start_together();
     for (long i = 0; i < repeats; ++i) value = value - 1;
   });
   adder.join();
