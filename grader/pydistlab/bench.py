@@ -2,8 +2,9 @@
 
 1. builds and runs bench_collectives (built-in collectives on the threads backend; its flags:
    --world-sizes, --min-bytes, --max-bytes, --ops, --iters, --csv FILE) and shows its table;
-2. when Open MPI is installed, runs bench_mpi_allreduce under mpirun for n = 2, 4, 8 (the same
-   size flags) and prints both all-reduce results side by side with the ratio of bus bandwidths;
+2. when Open MPI is installed, adds --mpi: bench_collectives then runs bench_mpi_allreduce under
+   mpirun for each world size (default 2, 4, 8), same sizes, and prints both all-reduce results
+   side by side with the ratio of bus bandwidths (--no-mpi: threads only);
 3. with --plot FILE.png: simulated time vs message size per algorithm, from
    run_03_collectives --csv (matplotlib when importable; otherwise the table).
 """
@@ -11,18 +12,16 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from . import build, cmake, deps, mpi
+from . import build, cmake, deps
 from .errors import DistlabError
 from .paths import is_release, rel
-
-SIZE_FLAGS = ("--min-bytes", "--max-bytes", "--iters", "--warmup")
-
 
 def _col(row: dict[str, str], *names: str) -> str | None:
     low = {k.strip().lower(): v for k, v in row.items() if k}
@@ -41,62 +40,6 @@ def _read(path: Path) -> list[dict[str, str]]:
         return []
     with open(path, newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
-
-
-def _allreduce_rows(rows: list[dict[str, str]]) -> dict[tuple[int, int], float]:
-    """(world size, bytes) -> busbw GB/s for the all_reduce rows of a bench CSV."""
-    out: dict[tuple[int, int], float] = {}
-    for r in rows:
-        op = (_col(r, "op", "collective", "name") or "all_reduce").lower().replace("-", "_")
-        if op not in ("all_reduce", "allreduce", "mpi_allreduce"):
-            continue
-        try:
-            n = int(float(_col(r, "world_size", "ranks", "n", "np") or "0"))
-            size = int(float(_col(r, "bytes", "size") or "0"))
-            bw = float(_col(r, "busbw_gbps", "busbw", "bus_bw") or "nan")
-        except ValueError:
-            continue
-        out[(n, size)] = bw
-    return out
-
-
-def _split_args(args: list[str]) -> tuple[list[str], list[str]]:
-    """(all args for bench_collectives, the size/iteration args that also suit the MPI bench)."""
-    if args and args[0] == "--":
-        args = args[1:]
-    shared: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        key = a.split("=", 1)[0]
-        if key in SIZE_FLAGS:
-            if "=" in a:
-                shared.append(a)
-            elif i + 1 < len(args):
-                shared += [a, args[i + 1]]
-                i += 1
-        i += 1
-    return args, shared
-
-
-def _fmt_bytes(b: int) -> str:
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if b >= scale and b % scale == 0:
-            return f"{b // scale} {unit}"
-    return f"{b} B"
-
-
-def compare_table(threads: dict[tuple[int, int], float], mpi_: dict[tuple[int, int], float]) -> list[str]:
-    keys = sorted(set(threads) & set(mpi_))
-    if not keys:
-        return []
-    lines = ["", "all_reduce bus bandwidth, threads backend vs Open MPI MPI_Allreduce (same machine, one run)",
-             f"{'ranks':>5}  {'size':>10}  {'threads GB/s':>12}  {'MPI GB/s':>9}  {'ratio':>6}"]
-    for n, size in keys:
-        t, m = threads[(n, size)], mpi_[(n, size)]
-        ratio = f"{t / m:.2f}x" if m > 0 else "-"
-        lines.append(f"{n:>5}  {_fmt_bytes(size):>10}  {t:>12.2f}  {m:>9.2f}  {ratio:>6}")
-    return lines
 
 
 PLOT_SCRIPT = r"""
@@ -171,47 +114,27 @@ def main(a: argparse.Namespace) -> int:
     if "bench_collectives" not in known:
         raise DistlabError("bench_collectives is not part of this kit's build yet (bench/CMakeLists.txt); "
                            "nothing to run")
-    r = cmake.build(build_dir, ["bench_collectives"], capture=False)
+    args = list(a.args)
+    if args and args[0] == "--":
+        args = args[1:]
+    with_mpi = not a.no_mpi and "--mpi" not in args
+    if with_mpi and ("bench_mpi_allreduce" not in known or not shutil.which("mpirun")):
+        print("(no Open MPI comparison: Open MPI is not installed or bench_mpi_allreduce is not built; "
+              "sudo apt-get install -y openmpi-bin libopenmpi-dev, then run this again)")
+        with_mpi = False
+    targets = ["bench_collectives"] + (["bench_mpi_allreduce"] if with_mpi else [])
+    r = cmake.build(build_dir, targets, capture=False)
     if not r.ok:
-        raise DistlabError("bench_collectives does not build (see above)")
-    args, shared = _split_args(list(a.args))
-    with tempfile.TemporaryDirectory(prefix="distlab-bench-") as tmp:
-        tcsv = Path(tmp) / "threads.csv"
-        user_csv = next((args[i + 1] for i, x in enumerate(args[:-1]) if x == "--csv"), None)
-        cmd = [str(build_dir / "bin" / "bench_collectives"), *args]
-        if user_csv is None:
-            cmd += ["--csv", str(tcsv)]
-        else:
-            tcsv = Path(user_csv)
-        print("$ " + " ".join(cmd), flush=True)
-        rc = subprocess.run(cmd).returncode
-        if rc != 0:
-            raise DistlabError(f"bench_collectives failed with status {rc}")
-        threads = _allreduce_rows(_read(tcsv))
-        mpi_rows: dict[tuple[int, int], float] = {}
-        if a.no_mpi:
-            pass
-        elif "bench_mpi_allreduce" not in known or not shutil.which("mpirun"):
-            print("\n(no Open MPI comparison: Open MPI is not installed or bench_mpi_allreduce is not built; "
-                  "sudo apt-get install -y openmpi-bin libopenmpi-dev)")
-        else:
-            r = cmake.build(build_dir, ["bench_mpi_allreduce"], capture=False)
-            if not r.ok:
-                raise DistlabError("bench_mpi_allreduce does not build (see above)")
-            for n in [int(x) for x in a.mpi_ranks.split(",") if x.strip()]:
-                mcsv = Path(tmp) / f"mpi{n}.csv"
-                cmd, env = mpi.mpirun_command(n, [str(build_dir / "bin" / "bench_mpi_allreduce"), *shared,
-                                                  "--csv", str(mcsv)])
-                print(f"\n$ {' '.join(cmd)}", flush=True)
-                rc = subprocess.run(cmd, env=env).returncode
-                if rc != 0:
-                    print(f"(mpirun -np {n} failed with status {rc}; skipped)")
-                    continue
-                mpi_rows.update(_allreduce_rows(_read(mcsv)))
-        table = compare_table(threads, mpi_rows)
-        if table:
-            print("\n".join(table))
-        elif mpi_rows:
-            print("\n(no all_reduce sizes in common between the two runs to compare)")
+        raise DistlabError("the benchmarks do not build (see above)")
+    # bench_collectives runs bench_mpi_allreduce under mpirun itself (--mpi) for each world size,
+    # with the same sizes, and prints the two side by side with the busbw ratio.
+    cmd = [str(build_dir / "bin" / "bench_collectives"), *args] + (["--mpi"] if with_mpi else [])
+    env = dict(os.environ)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    print("$ " + " ".join(cmd), flush=True)
+    rc = subprocess.run(cmd, env=env).returncode
     sys.stdout.flush()
+    if rc != 0:
+        raise DistlabError(f"bench_collectives failed with status {rc} (its message is above)")
     return 0

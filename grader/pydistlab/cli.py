@@ -118,7 +118,6 @@ def parser() -> argparse.ArgumentParser:
     be.add_argument("--plot", default=None, metavar="FILE.png",
                     help="plot simulated time vs size per algorithm (from run_03_collectives --csv)")
     be.add_argument("--no-mpi", action="store_true", help="skip the Open MPI comparison")
-    be.add_argument("--mpi-ranks", default="2,4,8", help="world sizes for the MPI run (default 2,4,8)")
     be.add_argument("args", nargs=argparse.REMAINDER, help="arguments for bench_collectives")
 
     g = add("grade", _cmd_grade, "build and grade exercises on a clean copy of the kit")

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .errors import DistlabError
 from .paths import ROOT, nproc
@@ -48,9 +51,9 @@ def configure(src: Path, build_dir: Path, cache: dict[str, str], preset: str | N
 
 
 def build(build_dir: Path, targets: list[str], keep_going: bool = False, capture: bool = True,
-          jobs: int = 0) -> Result:
-    """cmake --build; capture=True returns the output (for compiler errors) instead of showing it."""
-    import time
+          jobs: int = 0, progress: Callable[[str], None] | None = None) -> Result:
+    """cmake --build; capture=True returns the output (for compiler errors) instead of showing it.
+    With progress, ninja's "[done/total]" status is reported every few seconds while building."""
     cmd = ["cmake", "--build", str(build_dir), "-j", str(jobs or nproc())]
     for t in targets:
         cmd += ["--target", t]
@@ -58,15 +61,24 @@ def build(build_dir: Path, targets: list[str], keep_going: bool = False, capture
         cmd += ["--", "-k", "0"]
     t0 = time.monotonic()
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
-    if capture:
-        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env,
-                           stdin=subprocess.DEVNULL)
-        out = r.stdout + r.stderr
-    else:
+    if not capture:
         sys.stdout.flush()
         r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL)
-        out = ""
-    return Result(r.returncode == 0, out, time.monotonic() - t0)
+        return Result(r.returncode == 0, "", time.monotonic() - t0)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", env=env, stdin=subprocess.DEVNULL)
+    lines: list[str] = []
+    last = time.monotonic()
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line)
+        if progress and line.startswith("[") and time.monotonic() - last > 5:
+            m = re.match(r"^\[(\d+)/(\d+)\]", line)
+            if m:
+                last = time.monotonic()
+                progress(f"  compiling: {m.group(1)}/{m.group(2)} steps")
+    proc.wait()
+    return Result(proc.returncode == 0, "".join(lines), time.monotonic() - t0)
 
 
 def targets(build_dir: Path) -> set[str]:

@@ -244,7 +244,9 @@ def _build_modules(tb: TreeBuild, build_dir: Path, cache: dict[str, str], names:
     modules are recorded in results (for the plain build) or as notes (tsan)."""
     _configure(tb, build_dir, cache, say)
     # The kit's own library first: if it fails, nothing can be graded and it is not the student's fault.
-    r = cmake.build(build_dir, ["distlab_dist"])
+    if not (build_dir / "bin").is_dir() or label:
+        say(f"building the kit's library (distlab_dist){label}")
+    r = cmake.build(build_dir, ["distlab_dist"], progress=say)
     if not r.ok:
         raise DistlabError(f"the kit itself does not build in {rel(build_dir)} (target distlab_dist); "
                            f"this is not caused by a submission:\n{first_errors(r.output, str(tb.src) + '/')}")
@@ -253,7 +255,7 @@ def _build_modules(tb: TreeBuild, build_dir: Path, cache: dict[str, str], names:
     if present:
         say(f"building {', '.join(present)}{label}")
         t0 = time.monotonic()
-        bulk = cmake.build(build_dir, [f"module_{n}" for n in present], keep_going=True)
+        bulk = cmake.build(build_dir, [f"module_{n}" for n in present], keep_going=True, progress=say)
         say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
         if warnings is not None:
             warnings.extend(l.replace(str(tb.src) + "/", "") for l in bulk.output.splitlines()

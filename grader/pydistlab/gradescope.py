@@ -22,7 +22,7 @@ def main(out: str) -> int:
         dest = ROOT / dest
     here = ROOT / "grader" / "gradescope"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    files = tree.kit_files(ROOT)
+    files = [n for n in tree.kit_files(ROOT) if not n.startswith("grader/selftest/")]
     with zipfile.ZipFile(dest, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name in ("setup.sh", "run_autograder"):
             info = zipfile.ZipInfo(name)
@@ -30,8 +30,6 @@ def main(out: str) -> int:
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, (here / name).read_bytes())
         for name in files:
-            if name.startswith("grader/selftest/"):
-                continue
             zf.write(ROOT / name, f"distlab/{name}")
     print(f"{rel(dest)}: {len(files)} kit files + setup.sh + run_autograder. Upload it on Gradescope "
           f"(Configure Autograder, base image Ubuntu 24.04 or Debian 12: Python 3.11+ is required).")

@@ -89,7 +89,7 @@ def step_build(t: Tally) -> grade.TreeBuild | None:
     try:
         tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
         grade._configure(tb, tb.build, grade.BASE_CACHE, say)
-        r = cmake.build(tb.build, [], capture=True)
+        r = cmake.build(tb.build, [], capture=True, progress=say)
         warnings = sorted({l for l in r.output.splitlines() if "warning:" in l})
         print(f"    built in {r.seconds:.0f} s", flush=True)
         if not t.check(r.ok, "the kit builds with solutions/", grade.first_errors(r.output, str(tb.src) + "/")):
@@ -125,7 +125,7 @@ def step_tsan(t: Tally) -> None:
         grade._configure(tb, tb.tsan_build, grade.TSAN_CACHE, say)
         known = cmake.targets(tb.tsan_build)
         targets = [x for x in targets if x in known]
-        r = cmake.build(tb.tsan_build, targets)
+        r = cmake.build(tb.tsan_build, targets, progress=grade.Progress(False))
         print(f"    built {', '.join(targets)} in {r.seconds:.0f} s", flush=True)
         if not t.check(r.ok, "fake_dist tests build under TSan", grade.first_errors(r.output, str(tb.src) + "/")):
             return
