@@ -179,16 +179,22 @@ TEST(ParallelSum, MoreThreadsThanElements) {
 // ---- 3. threads versus processes -----------------------------------------------------------------
 
 TEST(Processes, CreationCostMeasuresBoth) {
-  const auto c = threads::measure_creation_cost(40);
-  EXPECT_EQ(c.n, 40);
-  EXPECT_GT(c.thread_s, 0.0);
-  EXPECT_GT(c.process_s, 0.0);
-  EXPECT_LT(c.thread_s, 10.0);
-  EXPECT_LT(c.process_s, 10.0);
+  // A process costs several times a thread, but on a loaded machine one measurement can be
+  // unlucky (a thread waiting for a core), so the comparison gets up to five attempts.
+  threads::CreationCost c;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    c = threads::measure_creation_cost(40);
+    ASSERT_EQ(c.n, 40);
+    ASSERT_GT(c.thread_s, 0.0);
+    ASSERT_GT(c.process_s, 0.0);
+    ASSERT_LT(c.thread_s, 10.0);
+    ASSERT_LT(c.process_s, 10.0);
+    if (c.process_s > c.thread_s) break;
+  }
   EXPECT_GT(c.process_s, c.thread_s)
       << "creating 40 processes (fork + waitpid) took " << c.process_s * 1e3
       << " ms but 40 threads took " << c.thread_s * 1e3
-      << " ms; fork copies the page tables, so processes should cost more";
+      << " ms, five times in a row; fork copies the page tables, so processes should cost more";
 }
 
 TEST(AddressSpaces, ChildProcessWriteIsInvisibleToParent) {
