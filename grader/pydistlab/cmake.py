@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,9 @@ PRESET_CACHE: dict[str, dict[str, str]] = {
     "debug": {"CMAKE_BUILD_TYPE": "Debug", "DISTLAB_SANITIZE": "address,undefined"},
     "tsan": {"CMAKE_BUILD_TYPE": "RelWithDebInfo", "DISTLAB_SANITIZE": "thread"},
 }
+
+
+BUILD_TIMEOUT_S = 1200.0   # one cmake --build call; generous for a clean build on 2 cores
 
 
 @dataclass
@@ -51,7 +56,8 @@ def configure(src: Path, build_dir: Path, cache: dict[str, str], preset: str | N
 
 
 def build(build_dir: Path, targets: list[str], keep_going: bool = False, capture: bool = True,
-          jobs: int = 0, progress: Callable[[str], None] | None = None) -> Result:
+          jobs: int = 0, progress: Callable[[str], None] | None = None,
+          timeout_s: float = BUILD_TIMEOUT_S) -> Result:
     """cmake --build; capture=True returns the output (for compiler errors) instead of showing it.
     With progress, ninja's "[done/total]" status is reported every few seconds while building."""
     cmd = ["cmake", "--build", str(build_dir), "-j", str(jobs or nproc())]
@@ -66,7 +72,19 @@ def build(build_dir: Path, targets: list[str], keep_going: bool = False, capture
         r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL)
         return Result(r.returncode == 0, "", time.monotonic() - t0)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            errors="replace", env=env, stdin=subprocess.DEVNULL)
+                            errors="replace", env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    expired = threading.Event()
+
+    def kill() -> None:  # a compiler stuck on pathological code must not hang the grader
+        expired.set()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    timer = threading.Timer(timeout_s, kill)
+    timer.daemon = True
+    timer.start()
     lines: list[str] = []
     last = time.monotonic()
     assert proc.stdout is not None
@@ -78,6 +96,11 @@ def build(build_dir: Path, targets: list[str], keep_going: bool = False, capture
                 last = time.monotonic()
                 progress(f"  compiling: {m.group(1)}/{m.group(2)} steps")
     proc.wait()
+    timer.cancel()
+    if expired.is_set():
+        lines.append(f"\nerror: the build took longer than {timeout_s:g} s and was stopped "
+                     f"(look for runaway templates or constexpr loops)\n")
+        return Result(False, "".join(lines), time.monotonic() - t0)
     return Result(proc.returncode == 0, "".join(lines), time.monotonic() - t0)
 
 

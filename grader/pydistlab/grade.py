@@ -392,7 +392,7 @@ def grade(module_names: list[str], mode: str, submission_path: Path | None = Non
                         results[name].notes.append(f"{owned}: not in the submission; graded the stub")
                 elif mode == "student" and name in results and not (ROOT / owned).is_file():
                     results[name].notes.append(f"{owned}: missing in this checkout")
-        graded_here = [n for n, role in assignment.items() if role == "sub" and n in results]
+        graded_here = [n for n in man.order if assignment.get(n) == "sub" and n in results]
         lock = _lock(BUILD / "grade" / tree_id / ".lock", say)
         try:
             tb = prepare_tree(tree_id, overlay, hidden, say)
