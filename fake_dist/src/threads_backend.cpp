@@ -131,7 +131,7 @@ struct CollSlot {
   int arrived = 0;
   int first_rank = -1;
   bool any_async = false;
-  bool ready = false;               // all arrived; results computed (engine mutex)
+  std::atomic<bool> ready{false};   // all arrived; results computed (set under the engine mutex)
   std::atomic<bool> done{false};    // data moved (async: by the last arriver)
   std::vector<CollCall> calls;      // per rank
   std::vector<LinkState> result;    // per rank, after the schedule
@@ -674,7 +674,8 @@ void Engine::complete_p2p(int r, P2POp& op) {
 }
 
 void Engine::wait_p2p(int r, const std::shared_ptr<P2POp>& op) {
-  if (!op->done.load(std::memory_order_acquire)) {
+  // Spin briefly without the mutex (the partner is usually about to match), then block.
+  if (!spin_until([&] { return op->done.load(std::memory_order_acquire); })) {
     std::unique_lock<std::mutex> lk(mu_);
     Pending what;
     what.kind = Pending::P2P;
@@ -761,7 +762,7 @@ void Engine::finalize_slot_locked(CollSlot& s) {
     s.result[static_cast<std::size_t>(q)].clock = start;
   }
   replay(c.kind, p_, c.root, c.count, size_of(c.type), opts_.network, s.result, s.msgs);
-  s.ready = true;
+  s.ready.store(true, std::memory_order_release);
   if (s.any_async) {
     if (c.kind != CollKind::Barrier) {
       for (int q = 0; q < p_; ++q) exec_part(s, q);
@@ -911,13 +912,18 @@ void Engine::collective(int r, CollCall call) {
   {
     std::unique_lock<std::mutex> lk(mu_);
     slot = arrive_locked(r, call, seq);
-    if (!slot->ready) {
+  }
+  // Spin briefly without the mutex (the common case: the others arrive within microseconds),
+  // then block (where deadlock detection and the timeout apply).
+  if (!spin_until([&] { return slot->ready.load(std::memory_order_acquire); })) {
+    std::unique_lock<std::mutex> lk(mu_);
+    {
       Pending what;
       what.kind = Pending::Coll;
       what.slot = slot;
       what.seq = seq;
       what.call = call;
-      block(r, lk, what, [&] { return slot->ready; });
+      block(r, lk, what, [&] { return slot->ready.load(std::memory_order_acquire); });
     }
   }
   if (!slot->any_async && call.kind != CollKind::Barrier) {
