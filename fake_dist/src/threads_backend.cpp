@@ -209,7 +209,7 @@ class Engine {
     // the waiter should give its core away quickly.
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     const bool roomy = static_cast<unsigned>(p_) <= hw;
-    spin_ = std::chrono::microseconds(roomy ? 20 : 2);
+    spin_ = std::chrono::microseconds(roomy ? 3 : 1);
     yield_ = std::chrono::microseconds(roomy ? 200 : 20);
   }
 
