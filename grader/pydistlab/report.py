@@ -175,4 +175,5 @@ def print_table(run: "GradeRun") -> None:
             print(f"{m.module.name}: note: {n.splitlines()[0]}")
         for r in m.items:
             if not r.passed:
-                print(f"  {r.item.full_name}: {r.reason}")
+                reason = r.reason if len(r.reason) <= 110 else r.reason[:107] + "..."
+                print(f"  {r.item.full_name}: {reason}")
