@@ -111,14 +111,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("-n", "--np", type=int, default=None, dest="np",
                    help="number of ranks (mpi: processes started by mpirun; threads: --world-size)")
     r.add_argument("--hostfile", default=None, help="mpirun --hostfile")
-    r.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the program (after --)")
+    r.set_defaults(passthrough=True)
 
     be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives [--plot FILE.png] [ARGS]")
     be.add_argument("what", choices=["collectives"])
     be.add_argument("--plot", default=None, metavar="FILE.png",
                     help="plot simulated time vs size per algorithm (from run_03_collectives --csv)")
     be.add_argument("--no-mpi", action="store_true", help="skip the Open MPI comparison")
-    be.add_argument("args", nargs=argparse.REMAINDER, help="arguments for bench_collectives")
+    be.set_defaults(passthrough=True)
 
     g = add("grade", _cmd_grade, "build and grade exercises on a clean copy of the kit")
     g.add_argument("modules", nargs="*", metavar="MODULE")
@@ -160,7 +160,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `run` and `bench` pass what follows `--` (and options distlab does not know) to the program.
+    after: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, after = argv[:i], argv[i + 1:]
+    p = parser()
+    args, unknown = p.parse_known_args(argv)
+    if getattr(args, "passthrough", False):
+        args.args = unknown + after
+    elif unknown or after:
+        p.error(f"unrecognized arguments: {' '.join(unknown + after)}")
     if not getattr(args, "func", None):
         parser().print_help()
         return 2

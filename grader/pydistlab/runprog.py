@@ -19,8 +19,6 @@ def main(a: argparse.Namespace) -> int:
     if not exe.is_file():
         raise DistlabError(f"{exe} was not built: does {module} have a program (MAIN in its CMakeLists.txt)?")
     args = list(a.args)
-    if args and args[0] == "--":
-        args = args[1:]
     backend = (a.backend or "threads").lower()
     if backend == "mpi":
         n = a.np or 2
