@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sched.h>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -172,6 +173,7 @@ struct alignas(64) Rank {
   // Wake-up: a waker bumps `wake` (under the engine mutex) and notifies cv if `sleeping`.
   std::atomic<std::uint64_t> wake{0};
   std::atomic<bool> sleeping{false};
+  std::atomic<int> cpu{-1};  // the CPU this rank's thread last ran a dist call on (a hint)
   std::mutex m;
   std::condition_variable cv;
   // Owned by the rank's thread.
@@ -209,7 +211,7 @@ class Engine {
     // the waiter should give its core away quickly.
     const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
     const bool roomy = static_cast<unsigned>(p_) <= hw;
-    spin_ = std::chrono::microseconds(roomy ? 3 : 1);
+    spin_ = std::chrono::nanoseconds(roomy ? 5000 : 500);
     yield_ = std::chrono::microseconds(roomy ? 200 : 20);
   }
 
@@ -280,14 +282,20 @@ class Engine {
   bool tracing_ = false;
   std::chrono::nanoseconds spin_{0}, yield_{0};
 
-  // Spins (pause), then yields, until ready() or the spin budget is used up.
+  // Spins (pause), then yields, until ready() or the spin budget is used up. With `peer` >= 0
+  // (the rank that will complete the wait) and that rank last seen on this very CPU, spinning
+  // cannot help (it would only delay the peer), so the wait yields at once.
   template <typename Ready>
-  bool spin_until(Ready&& ready) const {
+  bool spin_until(Ready&& ready, int peer = -1) const {
     const auto start = SteadyClock::now();
-    for (unsigned i = 1;; ++i) {
-      if (ready()) return true;
-      cpu_relax();
-      if ((i & 31) == 0 && SteadyClock::now() - start > spin_) break;
+    const int mine = peer >= 0 ? sched_getcpu() : -1;
+    auto colocated = [&] { return mine >= 0 && ranks_[static_cast<std::size_t>(peer)]->cpu.load(std::memory_order_relaxed) == mine; };
+    if (!colocated()) {
+      for (unsigned i = 1;; ++i) {
+        if (ready()) return true;
+        cpu_relax();
+        if ((i & 31) == 0 && (SteadyClock::now() - start > spin_ || colocated())) break;
+      }
     }
     while (SteadyClock::now() - start < yield_) {
       if (ready()) return true;
@@ -589,6 +597,7 @@ void Engine::match_locked(const std::shared_ptr<P2POp>& s, const std::shared_ptr
 std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const void* sbuf, void* rbuf,
                                     std::size_t count, DataType type, int peer, int tag) {
   Rank& me = rank_state(r);
+  me.cpu.store(sched_getcpu(), std::memory_order_relaxed);
   auto op = std::make_shared<P2POp>();
   op->is_send = is_send;
   op->blocking = blocking;
@@ -675,7 +684,7 @@ void Engine::complete_p2p(int r, P2POp& op) {
 
 void Engine::wait_p2p(int r, const std::shared_ptr<P2POp>& op) {
   // Spin briefly without the mutex (the partner is usually about to match), then block.
-  if (!spin_until([&] { return op->done.load(std::memory_order_acquire); })) {
+  if (!spin_until([&] { return op->done.load(std::memory_order_acquire); }, op->peer)) {
     std::unique_lock<std::mutex> lk(mu_);
     Pending what;
     what.kind = Pending::P2P;
