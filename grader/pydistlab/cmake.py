@@ -105,7 +105,10 @@ def build(build_dir: Path, targets: list[str], keep_going: bool = False, capture
 
 
 def targets(build_dir: Path) -> set[str]:
-    """Names of the targets build_dir knows (ninja -t targets all)."""
+    """Names of the targets build_dir knows (ninja -t targets all), after letting ninja re-run
+    CMake when a CMakeLists.txt changed (so a module or test added since configuring is seen)."""
+    subprocess.run(["ninja", "-C", str(build_dir), "build.ninja"], capture_output=True,
+                   stdin=subprocess.DEVNULL)
     r = subprocess.run(["ninja", "-C", str(build_dir), "-t", "targets", "all"], capture_output=True,
                        text=True, errors="replace")
     names = set()

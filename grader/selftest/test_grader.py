@@ -257,6 +257,33 @@ class TestRelease(GraderTestCase):
             self.assertEqual(sorted(zf.namelist()), sorted(SOLUTION))
 
 
+class TestGolden(GraderTestCase):
+    def test_golden_writes_then_reproduces_within_tolerance(self) -> None:
+        golden = KIT / "grader/golden/01_fix"
+        try:
+            r = distlab("golden")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(sorted(p.name for p in golden.iterdir()), ["twice.npy", "twice.txt"])
+            r = distlab("golden", "--check")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("reproduce", r.stdout)
+            txt = golden / "twice.txt"
+            txt.write_text(txt.read_text().replace("= 3\n", "= 3.0000000001\n"))  # within rtol
+            self.assertEqual(distlab("golden", "--check").returncode, 0)
+            txt.write_text(txt.read_text().replace("= 3.0000000001\n", "= 3.1\n"))  # beyond
+            r = distlab("golden", "--check")
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("twice.txt: number", r.stdout)
+            npy = golden / "twice.npy"
+            data = bytearray(npy.read_bytes())
+            data[-1] ^= 0x40  # flip a bit of the last double's exponent
+            npy.write_bytes(bytes(data))
+            r = distlab("golden", "--check")
+            self.assertIn("twice.npy: element 3", r.stdout)
+        finally:
+            shutil.rmtree(golden, ignore_errors=True)
+
+
 class TestStudentMode(GraderTestCase):
     def test_blocked_by_an_earlier_module(self) -> None:
         fix = KIT / "exercises/01_fix/fix.cpp"
