@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import cmake, grade, manifest as mf
+from . import cmake, deps, grade, manifest as mf
 from .errors import DistlabError
 from .paths import ROOT, is_release, rel
 
@@ -118,6 +118,7 @@ def run_generators(names: list[str], check: bool, quiet: bool = False) -> tuple[
     if is_release():
         raise DistlabError("reference outputs are generated from solutions/, which a student "
                            "repository does not have")
+    deps.ensure()
     say = grade.Progress(quiet)
     tb, known = _build(say)
     man = mf.load()
