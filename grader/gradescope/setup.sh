@@ -2,12 +2,16 @@
 # Gradescope image setup: runs once, as root, in /autograder/source (the unpacked autograder zip).
 # Installs the kit's packages and pre-builds the grading tree so each submission only compiles
 # its own files. Needs Python 3.11+ (Ubuntu 24.04 or Debian 12 base image).
+# AUTOGRADER_ROOT (default /autograder) lets the same script be tried outside Gradescope.
 set -euo pipefail
+AG="${AUTOGRADER_ROOT:-/autograder}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update
-apt-get install -y --no-install-recommends python3 ca-certificates
-cd /autograder/source/distlab
+if [ "$(id -u)" = 0 ] && ! command -v python3 >/dev/null 2>&1; then
+  apt-get update
+  apt-get install -y --no-install-recommends python3 ca-certificates
+fi
+cd "$AG/source/distlab"
 ./distlab doctor --install
 # Warm the build trees: grade an empty submission (every module's stub) once.
-mkdir -p /tmp/distlab-empty-submission
-./distlab grade --submission /tmp/distlab-empty-submission --hidden --quiet --out /tmp/distlab-warmup || true
+empty="$(mktemp -d)"
+./distlab grade --submission "$empty" --hidden --quiet --out "$(mktemp -d)" || true

@@ -154,8 +154,7 @@ def parser() -> argparse.ArgumentParser:
 
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,
-                   help="comma-separated steps: build,tsan,solutions,stubs,sync,golden,selftest")
-    t.add_argument("--keep-going", action="store_true", default=True)
+                   help="comma-separated steps: build,tsan,solutions,stubs,sync,golden,release,selftest")
     return p
 
 

@@ -45,6 +45,8 @@ def make_kit() -> None:
     files: dict[str, Path | bytes] = {"distlab": ROOT / "distlab"}
     for p in (ROOT / "grader" / "pydistlab").glob("*.py"):
         files[f"grader/pydistlab/{p.name}"] = p
+    for name in ("setup.sh", "run_autograder"):
+        files[f"grader/gradescope/{name}"] = ROOT / "grader" / "gradescope" / name
     fixture = HERE / "fixture_kit"
     for p in fixture.rglob("*"):
         if p.is_file():
@@ -65,7 +67,8 @@ def make_kit() -> None:
     tree.mirror(keep, KIT)
     if parked is not None:
         parked.rename(build)
-    os.chmod(KIT / "distlab", 0o755)
+    for name in ("distlab", "grader/gradescope/setup.sh", "grader/gradescope/run_autograder"):
+        os.chmod(KIT / name, 0o755)
 
 
 def distlab(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -282,6 +285,33 @@ class TestGolden(GraderTestCase):
             self.assertIn("twice.npy: element 3", r.stdout)
         finally:
             shutil.rmtree(golden, ignore_errors=True)
+
+
+class TestGradescope(GraderTestCase):
+    def test_autograder_zip_and_run_autograder(self) -> None:
+        ag = self.tmp / "autograder"
+        r = distlab("gradescope-zip", str(self.tmp / "autograder.zip"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with zipfile.ZipFile(self.tmp / "autograder.zip") as zf:
+            names = zf.namelist()
+            self.assertIn("run_autograder", names)
+            self.assertIn("distlab/solutions/01_fix/fix.cpp", names)        # instructor mode needs it
+            self.assertIn("distlab/grader/hidden/01_fix/CMakeLists.txt", names)
+            zf.extractall(ag / "source")
+        for p in (ag / "source").rglob("*"):
+            if p.name in ("distlab", "run_autograder", "setup.sh"):
+                os.chmod(p, 0o755)
+        (ag / "submission").mkdir()
+        (ag / "submission/fix.cpp").write_text(SOLUTION["exercises/01_fix/fix.cpp"])  # dropped in alone
+        r = subprocess.run(["bash", str(ag / "source/run_autograder")], capture_output=True, text=True,
+                           env=dict(os.environ, AUTOGRADER_ROOT=str(ag)), timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        data = json.loads((ag / "results/results.json").read_text())
+        tests = {t["name"]: t for t in data["tests"]}
+        self.assertEqual(tests["01_fix/add"]["status"], "passed")
+        self.assertEqual(tests["01_fix/add_large"]["status"], "passed")
+        self.assertEqual(tests["01_fix/add_large"]["visibility"], "after_published")
+        self.assertEqual(tests["02_dep/quadruple"]["score"], 0)
 
 
 class TestStudentMode(GraderTestCase):
