@@ -168,6 +168,11 @@ def print_table(run: "GradeRun") -> None:
         print("  ".join(c.ljust(w) if j in (0, 5) else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
         if i == 0 or i == len(rows) - 2:
             print("  ".join("-" * w for w in widths))
+    warnings = sorted(set(run.warnings))
+    if warnings:
+        print(f"\ncompiler warnings ({len(warnings)}; they cost no points, but read them):")
+        for w in warnings[:5]:
+            print(f"  {w[:160]}")
     for m in run.modules:
         if m.status != "graded":
             print(f"\n{m.module.name}: {m.status}\n  " + "\n  ".join(m.message.splitlines()[:12]))
