@@ -21,8 +21,8 @@ def ensure_built(preset: str, solutions: bool, targets: list[str], capture: bool
     cmake.configure(ROOT, build_dir, cache, preset=preset)
     r = cmake.build(build_dir, targets, capture=capture)
     if not r.ok:
-        raise DistlabError(f"the build failed (see the compiler output above); fix the first error "
-                           f"and run the command again" + ("\n" + r.output[-4000:] if capture else ""))
+        raise DistlabError("the build failed (see the compiler output above); fix the first error "
+                           "and run the command again" + ("\n" + r.output[-4000:] if capture else ""))
     return build_dir
 
 

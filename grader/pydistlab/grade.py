@@ -114,13 +114,6 @@ class Progress:
 
 # ---- the clean copy -------------------------------------------------------------------------
 
-def _reference_path(owned: str) -> Path:
-    parts = Path(owned).parts
-    if parts and parts[0] == "exercises":
-        return SOLUTIONS.joinpath(*parts[1:])
-    return ROOT / owned
-
-
 def solution_overlay(modules: list[str], man: mf.Manifest) -> dict[str, bytes]:
     """The reference implementation of each module: every file of solutions/<module>/ put at
     exercises/<module>/, plus owned files outside exercises/ as the kit has them."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import manifest as mf, stubs, tree
 from .errors import DistlabError
-from .paths import CXX_EXTENSIONS, ROOT, is_release, rel
+from .paths import CXX_EXTENSIONS, ROOT, is_release
 
 LEFT_OUT = ("solutions/", "grader/hidden/", "grader/selftest/", "grader/gradescope/")
 

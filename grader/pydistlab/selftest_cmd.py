@@ -19,7 +19,6 @@ import contextlib
 import io
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from . import cmake, deps, golden, grade, manifest as mf, release, stubs
 from .errors import DistlabError
-from .paths import BUILD, ROOT, is_release, nproc, rel
+from .paths import BUILD, ROOT, is_release, nproc
 
 STEPS = ["build", "tsan", "solutions", "stubs", "sync", "golden", "release", "selftest"]
 
@@ -47,7 +46,7 @@ class Tally:
         else:
             self.failed += 1
             self.failures.append(what)
-            print(f"    FAIL {what}" + (f"\n      " + "\n      ".join(detail.splitlines()[:20]) if detail else ""),
+            print(f"    FAIL {what}" + ("\n      " + "\n      ".join(detail.splitlines()[:20]) if detail else ""),
                   flush=True)
         return ok
 
@@ -257,7 +256,7 @@ def main(a: argparse.Namespace) -> int:
             steps[name](t)
         except DistlabError as e:
             t.check(False, f"step {name}", str(e))
-        except Exception as e:  # a broken step must not hide the others
+        except Exception:  # a broken step must not hide the others
             import traceback
             t.check(False, f"step {name} crashed", traceback.format_exc())
     elapsed = time.monotonic() - t.t0
