@@ -5,6 +5,8 @@ Steps (each counts its checks):
              tree, default-preset settings, so later steps reuse it) and run ctest on the kit's own
              tests (everything but the graded module tests, which `solutions` runs)
   tsan       fake_dist's tests under ThreadSanitizer (the grader's TSan tree)
+  nccl       where the CUDA toolkit with NCCL is installed: the NCCL backend and its tests compile
+             and link (its own tree); the tests run and skip, with a message, where no GPU is seen
   solutions  ./distlab grade --solutions --hidden: every item must pass
   stubs      ./distlab grade on exercises/: every item must score zero, stubs compile
   sync       ./distlab check --stubs
@@ -30,7 +32,7 @@ from . import cmake, deps, golden, grade, manifest as mf, release, stubs
 from .errors import DistlabError
 from .paths import BUILD, ROOT, is_release, nproc
 
-STEPS = ["build", "tsan", "solutions", "stubs", "sync", "golden", "release", "selftest"]
+STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest"]
 
 
 class Tally:
@@ -130,6 +132,35 @@ def step_tsan(t: Tally) -> None:
             return
         _ctest(tb.tsan_build, ["-L", "fake_dist"],
                {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1"}, t, "(fake_dist, TSan)")
+    finally:
+        lock.close()
+
+
+def step_nccl(t: Tally) -> None:
+    t.step("nccl: the NCCL backend compiles and links (its tests skip without a GPU)")
+    cuda = Path("/usr/local/cuda")
+    if not ((cuda / "include" / "nccl.h").exists() or Path("/usr/include/nccl.h").exists()):
+        print("    skipped: no CUDA toolkit with NCCL here (nccl.h not found)", flush=True)
+        return
+    say = grade.Progress(False)
+    base = BUILD / "grade" / "solutions"
+    lock = grade._lock(base / ".lock", say)
+    try:
+        tb = grade.TreeBuild(base / "src", base / "build-nccl", base / "build-tsan")
+        if not tb.src.is_dir():
+            man = mf.load()
+            tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
+        cache = dict(grade.BASE_CACHE, DISTLAB_WITH_NCCL="ON")
+        grade._configure(tb, tb.build, cache, say)
+        known = cmake.targets(tb.build)
+        if not t.check("test_dist_nccl" in known, "CMake found CUDA and NCCL (target test_dist_nccl)",
+                       "see the 'distlab: NCCL backend' line of the configure output"):
+            return
+        r = cmake.build(tb.build, ["test_dist_nccl"], progress=say)
+        print(f"    built test_dist_nccl in {r.seconds:.0f} s", flush=True)
+        if not t.check(r.ok, "the NCCL backend builds", grade.first_errors(r.output, str(tb.src) + "/")):
+            return
+        _ctest(tb.build, ["-L", "nccl", "-LE", "mpi"], None, t, "(nccl)")
     finally:
         lock.close()
 
@@ -247,7 +278,7 @@ def main(a: argparse.Namespace) -> int:
     if unknown:
         raise DistlabError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
     t = Tally()
-    steps = {"build": step_build, "tsan": step_tsan, "solutions": step_solutions, "stubs": step_stubs,
+    steps = {"build": step_build, "tsan": step_tsan, "nccl": step_nccl, "solutions": step_solutions, "stubs": step_stubs,
              "sync": step_sync, "golden": step_golden, "release": step_release, "selftest": step_selftest}
     for name in STEPS:
         if name not in only:
