@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <span>
@@ -16,11 +17,18 @@
 
 namespace distlab::testing {
 
-/// Launch options for tests: threads backend, a short timeout so a hang fails fast.
+/// The size of the Open MPI job this test process belongs to, or 0 when not under mpirun.
+inline int mpi_job_size() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return size != nullptr ? std::atoi(size) : 0;
+}
+
+/// Launch options for tests: threads backend (the MPI backend under mpirun, where the job's size
+/// wins over world_size), and a short timeout so a hang fails fast.
 inline dist::LaunchOptions test_options(int world_size, int timeout_ms = 5000) {
   dist::LaunchOptions o;
   o.world_size = world_size;
-  o.backend = dist::Backend::Threads;
+  o.backend = mpi_job_size() > 0 ? dist::Backend::Mpi : dist::Backend::Threads;
   o.timeout = std::chrono::milliseconds(timeout_ms);
   return o;
 }
