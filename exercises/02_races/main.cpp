@@ -22,23 +22,14 @@
 #include <thread>
 #include <vector>
 
+#include "distlab/program.hpp"
 #include "distlab/timing.hpp"
 #include "distlab/todo.hpp"
 #include "races.hpp"
 
 namespace {
 
-void section(const char* title, const std::function<void()>& body) {
-  std::printf("\n== %s ==\n", title);
-  std::fflush(stdout);
-  try {
-    body();
-  } catch (const distlab::NotImplemented& e) {
-    std::printf("  (not implemented yet) %s\n", e.what());
-  } catch (const std::exception& e) {
-    std::printf("  error: %s\n", e.what());
-  }
-}
+using distlab::section;
 
 /// Runs `rounds` opposite transfers with `fn` in a forked child; true when it finished within
 /// limit_s (false: the child was deadlocked and has been killed).

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "distlab/program.hpp"
 #include "distlab/timing.hpp"
 #include "distlab/todo.hpp"
 #include "threads.hpp"
@@ -35,17 +36,7 @@ struct Flags {
   int steps = 2000;
 };
 
-/// Runs one section; a NotImplemented stub (or any error) is printed and the program goes on.
-void section(const char* title, const std::function<void()>& body) {
-  std::printf("\n== %s ==\n", title);
-  try {
-    body();
-  } catch (const distlab::NotImplemented& e) {
-    std::printf("  (not implemented yet) %s\n", e.what());
-  } catch (const std::exception& e) {
-    std::printf("  error: %s\n", e.what());
-  }
-}
+using distlab::section;
 
 std::vector<int> worker_counts(int max_workers) {
   std::vector<int> out;
