@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import glob
+import json
 import re
 import shutil
 import subprocess
 import sys
 
 from . import deps
+from .paths import BUILD, rel
 
 
 def _first_line(cmd: list[str], pick: int = 0) -> str:
@@ -36,6 +38,29 @@ def _nccl_version() -> str:
 def _row(name: str, ok: bool, detail: str, note: str = "") -> None:
     mark = "ok  " if ok else "--  "
     print(f"  {mark}{name:<34} {detail}{('  ' + note) if note else ''}")
+
+
+def _backends() -> None:
+    """Which backends the newest build has, from its distlab_info program (nothing is built here)."""
+    infos = sorted(BUILD.glob("**/bin/distlab_info"), key=lambda p: p.stat().st_mtime, reverse=True)
+    print("\n  Backends built", end="")
+    if not infos:
+        print(": no build yet (./distlab build, then ./distlab doctor again)")
+        return
+    print(f" (in {rel(infos[0].parent.parent)})")
+    try:
+        r = subprocess.run([str(infos[0]), "--json"], capture_output=True, text=True, timeout=60)
+        backends = json.loads(r.stdout)["backends"]
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
+        print(f"  --  {infos[0]} --json did not answer ({e}); rebuild with ./distlab build")
+        return
+    for b in backends:
+        state = "built" if b.get("built") else "not built"
+        if b.get("built") and not b.get("usable"):
+            state += ", not usable here"
+        devices = "; ".join(str(d) for d in b.get("devices", []))
+        _row(f"{b.get('name')} backend", bool(b.get("usable")), f"{state}: {b.get('detail', '')}" +
+             (f" [{devices}]" if devices else ""))
 
 
 def main(install: bool = False) -> int:
@@ -68,6 +93,8 @@ def main(install: bool = False) -> int:
         except (OSError, subprocess.TimeoutExpired):
             gpus = ""
     _row("GPUs (nvidia-smi)", bool(gpus), gpus or "none seen (NCCL tests will be skipped)")
+
+    _backends()
 
     need = deps.missing(include_optional=False)
     optional = [r for r in deps.missing(include_optional=True) if r.optional]
