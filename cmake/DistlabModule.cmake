@@ -34,3 +34,27 @@ function(distlab_module_tests name)
   gtest_discover_tests(${T_TARGET} DISCOVERY_MODE PRE_TEST
                        PROPERTIES LABELS "module;${T_LABELS}" TIMEOUT 120)
 endfunction()
+
+# distlab_module_mpi_tests(NAME TARGET exe SOURCES file... NP n...)
+#   The value checks of a module on real processes: a GoogleTest executable run under
+#   `mpirun -np <n>` for each n (CTest label mpi; ./distlab test runs them on the reference).
+#   Not part of module_<NAME>: the grader grades on the threads backend. Does nothing without
+#   the Open MPI backend or when the module is not part of this tree.
+function(distlab_module_mpi_tests name)
+  cmake_parse_arguments(T "" "TARGET" "SOURCES;NP" ${ARGN})
+  if(NOT TARGET distlab_${name} OR NOT DISTLAB_HAVE_MPI)
+    return()
+  endif()
+  find_package(MPI COMPONENTS CXX REQUIRED)  # MPIEXEC_EXECUTABLE, MPIEXEC_NUMPROC_FLAG
+  add_executable(${T_TARGET} ${T_SOURCES})
+  target_include_directories(${T_TARGET} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing GTest::gtest_main
+                        distlab_options)
+  foreach(np IN LISTS T_NP)
+    add_test(NAME ${name}_mpi_np${np}
+      COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe
+              $<TARGET_FILE:${T_TARGET}>)
+    set_tests_properties(${name}_mpi_np${np} PROPERTIES LABELS mpi TIMEOUT 300
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_btl_vader_single_copy_mechanism=none")
+  endforeach()
+endfunction()
