@@ -771,13 +771,15 @@ void Engine::finalize_slot_locked(CollSlot& s) {
     s.result[static_cast<std::size_t>(q)].clock = start;
   }
   replay(c.kind, p_, c.root, c.count, size_of(c.type), opts_.network, s.result, s.msgs);
-  s.ready.store(true, std::memory_order_release);
   if (s.any_async) {
     if (c.kind != CollKind::Barrier) {
       for (int q = 0; q < p_; ++q) exec_part(s, q);
     }
     s.done.store(true, std::memory_order_release);
   }
+  // Published last: a blocking rank that spins on `ready` without the lock and finds the slot
+  // has async callers returns at once, so the data must already have been moved.
+  s.ready.store(true, std::memory_order_release);
   for (int q = 0; q < p_; ++q) {
     const Rank& x = *ranks_[static_cast<std::size_t>(q)];
     if (x.state == RunState::Blocked && x.pending.kind == Pending::Coll && x.pending.slot.get() == &s) wake_locked(q);
