@@ -109,6 +109,14 @@ def _fake_dist_targets() -> list[str]:
     return sorted(set(names))
 
 
+def _solutions_tree(base: Path, build: str, say: grade.Progress) -> grade.TreeBuild:
+    """The grader's solutions tree under base, brought up to date with this checkout (only changed
+    files are written), with its plain build in base/<build> and its TSan build in base/build-tsan."""
+    man = mf.load()
+    tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
+    return grade.TreeBuild(tb.src, base / build, tb.tsan_build)
+
+
 def step_tsan(t: Tally) -> None:
     t.step("tsan: fake_dist's tests under ThreadSanitizer")
     targets = _fake_dist_targets()
@@ -119,10 +127,7 @@ def step_tsan(t: Tally) -> None:
     base = BUILD / "grade" / "solutions"
     lock = grade._lock(base / ".lock", say)
     try:
-        tb = grade.TreeBuild(base / "src", base / "build", base / "build-tsan")
-        if not tb.src.is_dir():
-            man = mf.load()
-            tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
+        tb = _solutions_tree(base, "build", say)
         grade._configure(tb, tb.tsan_build, grade.TSAN_CACHE, say)
         known = cmake.targets(tb.tsan_build)
         targets = [x for x in targets if x in known]
@@ -146,10 +151,7 @@ def step_nccl(t: Tally) -> None:
     base = BUILD / "grade" / "solutions"
     lock = grade._lock(base / ".lock", say)
     try:
-        tb = grade.TreeBuild(base / "src", base / "build-nccl", base / "build-tsan")
-        if not tb.src.is_dir():
-            man = mf.load()
-            tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
+        tb = _solutions_tree(base, "build-nccl", say)
         cache = dict(grade.BASE_CACHE, DISTLAB_WITH_NCCL="ON")
         grade._configure(tb, tb.build, cache, say)
         known = cmake.targets(tb.build)
