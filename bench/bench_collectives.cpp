@@ -103,25 +103,20 @@ double p2p_latency_us(int rounds, int reps) {
     dist::launch(2, [&] {
       std::vector<double> x(1, 0.0);
       const int r = dist::rank();
-      for (int warm = 0; warm < 100; ++warm) {
-        if (r == 0) {
-          dist::send(std::span<const double>(x), 1);
-          dist::recv(std::span<double>(x), 1);
-        } else {
-          dist::recv(std::span<double>(x), 0);
-          dist::send(std::span<const double>(x), 0);
+      auto ping_pong = [&](int n) {
+        for (int i = 0; i < n; ++i) {
+          if (r == 0) {
+            dist::send(std::span<const double>(x), 1);
+            dist::recv(std::span<double>(x), 1);
+          } else {
+            dist::recv(std::span<double>(x), 0);
+            dist::send(std::span<const double>(x), 0);
+          }
         }
-      }
+      };
+      ping_pong(100);  // warm-up
       const auto t0 = Clock::now();
-      for (int i = 0; i < rounds; ++i) {
-        if (r == 0) {
-          dist::send(std::span<const double>(x), 1);
-          dist::recv(std::span<double>(x), 1);
-        } else {
-          dist::recv(std::span<double>(x), 0);
-          dist::send(std::span<const double>(x), 0);
-        }
-      }
+      ping_pong(rounds);
       if (r == 0) secs = std::chrono::duration<double>(Clock::now() - t0).count();
     });
     samples.push_back(secs / rounds / 2 * 1e6);
