@@ -98,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--install", action="store_true", help="install missing Debian packages")
 
     b = add("build", _cmd_build, "configure and build the kit with a CMake preset")
-    b.add_argument("--preset", default="default", choices=["default", "debug", "tsan", "portable"])
+    b.add_argument("--preset", default="default", choices=["default", "native", "debug", "tsan"])
     b.add_argument("--solutions", action="store_true",
                    help="build solutions/ instead of exercises/ (own build folder: build/<preset>-solutions)")
     b.add_argument("--target", action="append", default=[], help="build only this target (repeatable)")
@@ -106,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
     r = add("run", _cmd_run, "build and run a module's program: ./distlab run MODULE [-- ARGS]")
     r.add_argument("module")
     r.add_argument("--solutions", action="store_true", help="run the reference implementation")
-    r.add_argument("--preset", default="default", choices=["default", "debug", "tsan", "portable"])
+    r.add_argument("--preset", default="default", choices=["default", "native", "debug", "tsan"])
     r.add_argument("--backend", default=None, help="threads (default), mpi or nccl")
     r.add_argument("-n", "--np", type=int, default=None, dest="np",
                    help="number of ranks (mpi: processes started by mpirun; threads: --world-size)")

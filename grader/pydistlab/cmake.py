@@ -18,8 +18,8 @@ from .paths import ROOT, nproc
 #: Cache settings of the presets in CMakePresets.json, for trees configured without --preset
 #: (the grader's clean copies live outside the source tree the presets name).
 PRESET_CACHE: dict[str, dict[str, str]] = {
-    "default": {"CMAKE_BUILD_TYPE": "Release", "DISTLAB_NATIVE": "ON"},
-    "portable": {"CMAKE_BUILD_TYPE": "Release", "DISTLAB_NATIVE": "OFF"},
+    "default": {"CMAKE_BUILD_TYPE": "Release", "DISTLAB_ARCH": "portable"},
+    "native": {"CMAKE_BUILD_TYPE": "Release", "DISTLAB_ARCH": "native"},
     "debug": {"CMAKE_BUILD_TYPE": "Debug", "DISTLAB_SANITIZE": "address,undefined"},
     "tsan": {"CMAKE_BUILD_TYPE": "RelWithDebInfo", "DISTLAB_SANITIZE": "thread"},
 }
@@ -39,10 +39,44 @@ def configured(build_dir: Path) -> bool:
     return (build_dir / "build.ninja").is_file() and (build_dir / "CMakeCache.txt").is_file()
 
 
+def cached(build_dir: Path) -> dict[str, str]:
+    """The cache entries (NAME -> value) of a configured tree; {} when there is none."""
+    out: dict[str, str] = {}
+    try:
+        text = (build_dir / "CMakeCache.txt").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        m = re.match(r"([A-Za-z0-9_.-]+):[A-Z]+=(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def arch_cache(cache: dict[str, str]) -> dict[str, str]:
+    """cache with DISTLAB_ARCH taken from the environment when set there (DISTLAB_ARCH=x86-64-v4
+    ./distlab test runs the self-test at another ISA level; see docs/build.md)."""
+    arch = os.environ.get("DISTLAB_ARCH", "").strip()
+    return dict(cache, DISTLAB_ARCH=arch) if arch and "DISTLAB_ARCH" in cache else dict(cache)
+
+
 def configure(src: Path, build_dir: Path, cache: dict[str, str], preset: str | None = None,
               quiet: bool = False) -> None:
-    """Configures build_dir once; later builds let ninja re-run CMake when a CMakeLists changes."""
+    """Configures build_dir once; later builds let ninja re-run CMake when a CMakeLists changes.
+    A configured tree whose cache disagrees with `cache` (another DISTLAB_ARCH, say) is
+    configured again with the new values, so a tree never silently keeps old settings."""
+    cache = arch_cache(cache)
     if configured(build_dir):
+        have = cached(build_dir)
+        changed = {k: v for k, v in cache.items() if have.get(k) != v}
+        if not changed:
+            return
+        cache, preset = changed, None
+        cmd = ["cmake", "-S", str(src), "-B", str(build_dir)] + [f"-D{k}={v}" for k, v in cache.items()]
+        r = subprocess.run(cmd, cwd=src, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            raise DistlabError(f"CMake could not reconfigure {build_dir} with {changed} "
+                               f"(status {r.returncode}):\n{(r.stdout or '')[-3000:]}{(r.stderr or '')[-3000:]}")
         return
     cmd = ["cmake", "-S", str(src), "-B", str(build_dir), "-G", "Ninja"]
     if preset:
@@ -121,3 +155,43 @@ def targets(build_dir: Path) -> set[str]:
 
 def preset_dir(preset: str, solutions: bool) -> Path:
     return ROOT / "build" / (f"{preset}-solutions" if solutions else preset)
+
+
+_ISA_MACROS = [("__SSE4_2__", "SSE4.2"), ("__AVX__", "AVX"), ("__AVX2__", "AVX2"), ("__FMA__", "FMA"),
+               ("__AVX512F__", "AVX-512"), ("__ARM_NEON", "NEON")]
+
+
+def cpu_summary() -> str:
+    """This machine's CPU model and its vector features, e.g. "AMD EPYC (AVX2 FMA AVX-512)"."""
+    model, flags = "", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, val = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = val.strip()
+            elif key.strip() in ("flags", "Features") and not flags:
+                flags = set(val.split())
+    except OSError:
+        pass
+    have = [n for f, n in [("avx2", "AVX2"), ("fma", "FMA"), ("avx512f", "AVX-512"), ("asimd", "NEON")]
+            if f in flags]
+    return f"{model or 'unknown CPU'} ({' '.join(have) or 'no AVX2/FMA/AVX-512'})"
+
+
+def codegen_summary(build_dir: Path) -> str:
+    """The code generation a configured tree compiles with and the vector features it enables,
+    e.g. "DISTLAB_ARCH=portable (-march=x86-64-v2 -mtune=generic -ffp-contract=off): SSE4.2"."""
+    try:
+        info = dict(line.split("=", 1) for line in
+                    (build_dir / "distlab_codegen.txt").read_text().splitlines() if "=" in line)
+    except OSError:
+        return "unknown (the tree is not configured)"
+    flags = info.get("flags", "").split()
+    try:
+        r = subprocess.run([info.get("compiler", "c++"), *flags, "-dM", "-E", "-x", "c++", "/dev/null"],
+                           capture_output=True, text=True, timeout=60)
+        macros = {line.split()[1] for line in r.stdout.splitlines() if line.startswith("#define ")}
+        isa = [name for macro, name in _ISA_MACROS if macro in macros]
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        isa = ["?"]
+    return f"DISTLAB_ARCH={info.get('arch', '?')} ({' '.join(flags)}): {' '.join(isa) or 'baseline'}"

@@ -42,6 +42,7 @@ class Module:
     golden_args: list[str] = field(default_factory=list)
     golden_rtol: float = 1e-6
     golden_atol: float = 1e-9
+    golden_terms: int = 1
 
     def items(self, hidden: bool) -> list[TestItem]:
         return [t for t in self.tests if t.tier == "public" or hidden]
@@ -130,7 +131,8 @@ def load(path: Path = MANIFEST) -> Manifest:
                    golden_target=str(sec.get("golden_target", "")),
                    golden_args=[str(a) for a in sec.get("golden_args", [])],
                    golden_rtol=_num(sec.get("golden_rtol", 1e-6), f"{where} golden_rtol"),
-                   golden_atol=_num(sec.get("golden_atol", 1e-9), f"{where} golden_atol"))
+                   golden_atol=_num(sec.get("golden_atol", 1e-9), f"{where} golden_atol"),
+                   golden_terms=int(_num(sec.get("golden_terms", 1), f"{where} golden_terms")))
         for o in m.owned:
             if o.startswith("/") or ".." in Path(o).parts:
                 raise DistlabError(f"{where}: owned path {o!r} must be relative to the kit root")

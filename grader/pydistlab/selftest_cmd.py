@@ -90,6 +90,8 @@ def step_build(t: Tally) -> grade.TreeBuild | None:
     try:
         tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
         grade._configure(tb, tb.build, grade.BASE_CACHE, say)
+        print(f"    code generation: {cmake.codegen_summary(tb.build)}\n"
+              f"    this CPU: {cmake.cpu_summary()}", flush=True)
         r = cmake.build(tb.build, [], capture=True, progress=say)
         warnings = sorted({l for l in r.output.splitlines() if "warning:" in l})
         print(f"    built in {r.seconds:.0f} s", flush=True)

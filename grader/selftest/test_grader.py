@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -285,6 +286,40 @@ class TestGolden(GraderTestCase):
             self.assertIn("twice.npy: element 3", r.stdout)
         finally:
             shutil.rmtree(golden, ignore_errors=True)
+
+
+class TestGoldenTolerance(unittest.TestCase):
+    """The .npy comparison of `golden --check`: rounding-level differences from another ISA pass,
+    a real change of the reference does not (pure comparisons, no build)."""
+
+    @staticmethod
+    def npy(values: list[float], code: str = "f", descr: str = "<f4") -> bytes:
+        header = repr({"descr": descr, "fortran_order": False, "shape": (len(values),)}).encode()
+        header += b" " * (63 - (len(header) + 10) % 64) + b"\n"
+        return (b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header
+                + struct.pack(f"<{len(values)}{code}", *values))
+
+    def test_rounding_differences_pass_real_changes_fail(self) -> None:
+        from pydistlab.golden import compare_file
+        want = [0.25, -0.125, 3.0e-4, 1.0e-6, 0.0]
+        # A few units in the last place of the array's largest value, even on tiny elements (the
+        # cancellation case: 3e-4 computed as a difference of ~0.1-sized terms).
+        ulp = 0.25 * 2.0 ** -23
+        noisy = [w + 3 * ulp for w in want]
+        self.assertEqual(compare_file(self.npy(noisy), self.npy(want), "a.npy", 1e-6, 1e-9, 10), "")
+        # Beyond terms * u * max|want|: caught, with the allowed difference in the message.
+        self.assertIn("element 2", compare_file(self.npy([0.25, -0.125, 3.0e-4 + 1e-5, 1e-6, 0.0]),
+                                                self.npy(want), "a.npy", 1e-6, 1e-9, 10))
+        # A 1e-3 relative change of every element fails even with 655 terms.
+        changed = [w * (1 + 1e-3) for w in want]
+        self.assertIn("a.npy: element 0", compare_file(self.npy(changed), self.npy(want), "a.npy",
+                                                       1e-6, 1e-9, 655))
+        # Integer arrays must match exactly, whatever the terms.
+        self.assertIn("exactly", compare_file(self.npy([1, 2], "i", "<i4"), self.npy([1, 3], "i", "<i4"),
+                                              "y.npy", 1e-6, 1e-9, 655))
+        # A NaN where a number was expected never passes.
+        self.assertNotEqual(compare_file(self.npy([float("nan")] + want[1:]), self.npy(want), "a.npy",
+                                         1e-6, 1e-9, 655), "")
 
 
 class TestGradescope(GraderTestCase):
