@@ -54,7 +54,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
 
 
 def _cmd_grade(a: argparse.Namespace) -> int:
-    from . import grade
+    from .commands import grade
     return grade.main(a)
 
 

@@ -28,9 +28,10 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from . import cmake, deps, golden, grade, manifest as mf, release, stubs
+from . import cmake, deps, golden, grade, manifest as mf, release, stubs, workspace as ws
 from .errors import DistlabError
 from .paths import BUILD, ROOT, is_release, nproc
+from .results import Mode
 
 STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest"]
 
@@ -82,24 +83,18 @@ def _ctest(build_dir: Path, args: list[str], env: dict[str, str] | None, t: Tall
             t.check(not bad, f"ctest {label}: {case.get('name')}", detail)
 
 
-def step_build(t: Tally) -> grade.TreeBuild | None:
+def step_build(t: Tally) -> None:
     t.step("build: configure and build everything with solutions/, run the kit's own tests")
-    man = mf.load()
-    say = grade.Progress(False)
-    lock = grade._lock(BUILD / "grade" / "solutions" / ".lock", say)
-    try:
-        tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
-        grade._configure(tb, tb.build, grade.BASE_CACHE, say)
+    say = ws.Progress(False)
+    with ws.solutions_tree(say) as tb:
+        ws.configure(tb, tb.build, ws.BASE_CACHE, say)
         r = cmake.build(tb.build, [], capture=True, progress=say)
-        warnings = sorted({l for l in r.output.splitlines() if "warning:" in l})
+        warnings = sorted({line for line in r.output.splitlines() if "warning:" in line})
         print(f"    built in {r.seconds:.0f} s", flush=True)
-        if not t.check(r.ok, "the kit builds with solutions/", grade.first_errors(r.output, str(tb.src) + "/")):
-            return tb
+        if not t.check(r.ok, "the kit builds with solutions/", tb.first_errors(r.output)):
+            return
         t.check(not warnings, "the kit builds warning-free", "\n".join(warnings[:15]))
         _ctest(tb.build, ["-LE", "module"], None, t, "(kit tests)")
-    finally:
-        lock.close()
-    return tb
 
 
 def _fake_dist_targets() -> list[str]:
@@ -109,36 +104,23 @@ def _fake_dist_targets() -> list[str]:
     return sorted(set(names))
 
 
-def _solutions_tree(base: Path, build: str, say: grade.Progress) -> grade.TreeBuild:
-    """The grader's solutions tree under base, brought up to date with this checkout (only changed
-    files are written), with its plain build in base/<build> and its TSan build in base/build-tsan."""
-    man = mf.load()
-    tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
-    return grade.TreeBuild(tb.src, base / build, tb.tsan_build)
-
-
 def step_tsan(t: Tally) -> None:
     t.step("tsan: fake_dist's tests under ThreadSanitizer")
     targets = _fake_dist_targets()
     if not targets:
         t.check(False, "fake_dist/tests/CMakeLists.txt defines test executables")
         return
-    say = grade.Progress(False)
-    base = BUILD / "grade" / "solutions"
-    lock = grade._lock(base / ".lock", say)
-    try:
-        tb = _solutions_tree(base, "build", say)
-        grade._configure(tb, tb.tsan_build, grade.TSAN_CACHE, say)
+    say = ws.Progress(False)
+    with ws.solutions_tree(say) as tb:
+        ws.configure(tb, tb.tsan_build, ws.TSAN_CACHE, say)
         known = cmake.targets(tb.tsan_build)
         targets = [x for x in targets if x in known]
-        r = cmake.build(tb.tsan_build, targets, progress=grade.Progress(False))
+        r = cmake.build(tb.tsan_build, targets, progress=say)
         print(f"    built {', '.join(targets)} in {r.seconds:.0f} s", flush=True)
-        if not t.check(r.ok, "fake_dist tests build under TSan", grade.first_errors(r.output, str(tb.src) + "/")):
+        if not t.check(r.ok, "fake_dist tests build under TSan", tb.first_errors(r.output)):
             return
         _ctest(tb.tsan_build, ["-L", "fake_dist"],
                {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1"}, t, "(fake_dist, TSan)")
-    finally:
-        lock.close()
 
 
 def step_nccl(t: Tally) -> None:
@@ -147,29 +129,25 @@ def step_nccl(t: Tally) -> None:
     if not ((cuda / "include" / "nccl.h").exists() or Path("/usr/include/nccl.h").exists()):
         print("    skipped: no CUDA toolkit with NCCL here (nccl.h not found)", flush=True)
         return
-    say = grade.Progress(False)
-    base = BUILD / "grade" / "solutions"
-    lock = grade._lock(base / ".lock", say)
-    try:
-        tb = _solutions_tree(base, "build-nccl", say)
-        cache = dict(grade.BASE_CACHE, DISTLAB_WITH_NCCL="ON")
-        grade._configure(tb, tb.build, cache, say)
-        known = cmake.targets(tb.build)
+    say = ws.Progress(False)
+    with ws.solutions_tree(say) as tb:
+        nccl_build = tb.build.with_name("build-nccl")   # the solutions sources, its own build
+        cache = dict(ws.BASE_CACHE, DISTLAB_WITH_NCCL="ON")
+        ws.configure(tb, nccl_build, cache, say)
+        known = cmake.targets(nccl_build)
         if not t.check("test_dist_nccl" in known, "CMake found CUDA and NCCL (target test_dist_nccl)",
                        "see the 'distlab: NCCL backend' line of the configure output"):
             return
-        r = cmake.build(tb.build, ["test_dist_nccl"], progress=say)
+        r = cmake.build(nccl_build, ["test_dist_nccl"], progress=say)
         print(f"    built test_dist_nccl in {r.seconds:.0f} s", flush=True)
-        if not t.check(r.ok, "the NCCL backend builds", grade.first_errors(r.output, str(tb.src) + "/")):
+        if not t.check(r.ok, "the NCCL backend builds", tb.first_errors(r.output)):
             return
-        _ctest(tb.build, ["-L", "nccl", "-LE", "mpi"], None, t, "(nccl)")
-    finally:
-        lock.close()
+        _ctest(nccl_build, ["-L", "nccl", "-LE", "mpi"], None, t, "(nccl)")
 
 
 def step_solutions(t: Tally) -> None:
     t.step("solutions: ./distlab grade --solutions --hidden (every item full marks)")
-    run = grade.grade([], "solutions", hidden=True, quiet=False)
+    run = grade.grade([], Mode.SOLUTIONS, hidden=True, quiet=False)
     for n in run.notes:
         print(f"    note: {n}")
     if not run.modules:
@@ -185,7 +163,7 @@ def step_solutions(t: Tally) -> None:
 
 def step_stubs(t: Tally) -> None:
     t.step("stubs: ./distlab grade on exercises/ (stubs compile, every item scores zero)")
-    run = grade.grade([], "student", hidden=False, quiet=True)
+    run = grade.grade([], Mode.STUDENT, hidden=False, quiet=True)
     for m in run.modules:
         if not t.check(m.status == "graded", f"stubs of {m.module.name} compile", m.message):
             continue

@@ -43,8 +43,10 @@ def fix_cpp(add_body: str, twice_body: str = "return add(a, a);") -> str:
 def make_kit() -> None:
     """Mirrors the miniature kit (with this checkout's distlab and pydistlab) into KIT."""
     files: dict[str, Path | bytes] = {"distlab": ROOT / "distlab"}
-    for p in (ROOT / "grader" / "pydistlab").glob("*.py"):
-        files[f"grader/pydistlab/{p.name}"] = p
+    package = ROOT / "grader" / "pydistlab"
+    for p in package.rglob("*.py"):
+        if "__pycache__" not in p.parts:
+            files[f"grader/pydistlab/{p.relative_to(package).as_posix()}"] = p
     for name in ("setup.sh", "run_autograder"):
         files[f"grader/gradescope/{name}"] = ROOT / "grader" / "gradescope" / name
     fixture = HERE / "fixture_kit"
