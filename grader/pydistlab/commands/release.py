@@ -8,9 +8,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from . import manifest as mf, stubs, tree
-from .errors import DistlabError
-from .paths import CXX_EXTENSIONS, ROOT, is_release
+from .. import manifest as mf, stubs, tree
+from ..errors import DistlabError
+from ..paths import CXX_EXTENSIONS, ROOT, is_release
 
 LEFT_OUT = ("solutions/", "grader/hidden/", "grader/selftest/", "grader/gradescope/")
 

@@ -8,8 +8,8 @@ import shutil
 import subprocess
 import sys
 
-from . import deps
-from .paths import BUILD, rel
+from .. import deps
+from ..paths import BUILD, rel
 
 
 def _first_line(cmd: list[str], pick: int = 0) -> str:

@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 
-from . import build, manifest as mf, mpi
-from .errors import DistlabError
+from .. import manifest as mf, mpi
+from . import build
+from ..errors import DistlabError
 
 
 def main(a: argparse.Namespace) -> int:

@@ -28,10 +28,11 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from . import cmake, deps, golden, grade, manifest as mf, release, stubs, workspace as ws
-from .errors import DistlabError
-from .paths import BUILD, ROOT, is_release, nproc
-from .results import Mode
+from .. import cmake, deps, golden, grade, manifest as mf, stubs, workspace as ws
+from . import release
+from ..errors import DistlabError
+from ..paths import BUILD, ROOT, is_release, nproc
+from ..results import Mode
 
 STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest"]
 
