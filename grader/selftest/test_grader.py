@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "grader"))
 
+import import_graph  # noqa: E402  (grader/selftest/, beside this file)
 from pydistlab import manifest as mf  # noqa: E402
 from pydistlab import runner, stubs, tree  # noqa: E402
 
@@ -403,6 +404,29 @@ class TestStubsAndManifest(unittest.TestCase):
         for mod in m.modules.values():
             for t in mod.tests:
                 self.assertGreater(t.points, 0, t.full_name)
+
+
+class TestPackage(unittest.TestCase):
+    def test_import_graph_is_acyclic(self) -> None:
+        edges = import_graph.graph()
+        self.assertIn("pydistlab.commands.grade", edges)
+        self.assertIn("pydistlab.grade", edges["pydistlab.commands.grade"])
+        self.assertEqual(import_graph.find_cycle(edges), [], "pydistlab has an import cycle")
+
+    def test_a_cycle_is_found(self) -> None:
+        self.assertEqual(import_graph.find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}),
+                         ["a", "b", "c", "a"])
+
+    def test_every_module_imports_without_matplotlib(self) -> None:
+        code = ("import importlib, sys\n"
+                "sys.modules['matplotlib'] = None  # import matplotlib raises ImportError\n"
+                f"sys.path.insert(0, {str(ROOT / 'grader')!r})\n"
+                "import import_graph\n"
+                "for m in sorted(import_graph.graph()):\n"
+                "    importlib.import_module(m)\n")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE,
+                           env=dict(os.environ, PYTHONPATH=str(HERE)))
+        self.assertEqual(r.returncode, 0, r.stderr)
 
 
 if __name__ == "__main__":
