@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "grader"))
 import import_graph  # noqa: E402  (grader/selftest/, beside this file)
 from pydistlab import manifest as mf  # noqa: E402
 from pydistlab import runner, stubs, tree  # noqa: E402
+from pydistlab.errors import DistlabError  # noqa: E402
 
 KIT = Path(os.environ.get("DISTLAB_SELFTEST_KIT", ROOT / "build" / "selftest-kit"))
 
@@ -243,6 +244,7 @@ class TestRelease(GraderTestCase):
         self.assertFalse((out / "solutions").exists())
         self.assertFalse((out / "grader/hidden").exists())
         self.assertNotIn("add_large", (out / "grader/manifest.toml").read_text())
+        self.assertEqual((out / "grader/manifest.toml").read_bytes(), (KIT / "grader/manifest.toml").read_bytes())
         self.assertTrue((out / "exercises/01_fix/fix.cpp").is_file())
         r = subprocess.run([sys.executable, str(out / "distlab"), "grade", "01_fix", "--quiet"], cwd=out,
                            capture_output=True, text=True, timeout=600)
@@ -300,6 +302,7 @@ class TestGradescope(GraderTestCase):
             self.assertIn("run_autograder", names)
             self.assertIn("distlab/solutions/01_fix/fix.cpp", names)        # instructor mode needs it
             self.assertIn("distlab/grader/hidden/01_fix/CMakeLists.txt", names)
+            self.assertIn("distlab/grader/hidden/01_fix/items.toml", names)
             zf.extractall(ag / "source")
         for p in (ag / "source").rglob("*"):
             if p.name in ("distlab", "run_autograder", "setup.sh"):
@@ -387,17 +390,42 @@ class TestStubsAndManifest(unittest.TestCase):
             self.assertEqual(drift.changed, [Path("m/a.cpp")])
             self.assertEqual(drift.extra, [Path("m/extra.cpp")])
 
-    def test_strip_hidden(self) -> None:
-        text = (HERE / "fixture_kit/grader/manifest.toml").read_text()
-        stripped = mf.strip_hidden(text)
-        self.assertNotIn("add_large", stripped)
-        self.assertNotIn("hidden_binary", stripped)
-        with tempfile.TemporaryDirectory() as d:
+    def test_hidden_items_load_from_their_own_file(self) -> None:
+        fixture = HERE / "fixture_kit/grader"
+        m = mf.load(fixture / "manifest.toml")
+        fix = m.modules["01_fix"]
+        self.assertEqual([(t.name, t.tier) for t in fix.tests],
+                         [("add", "public"), ("twice", "public"), ("add_large", "hidden")])
+        self.assertEqual(fix.binary_for(fix.tests[2]), "test_01_fix_hidden")
+        self.assertEqual([t.timeout_s for t in fix.tests], [10, 3, 10])   # defaults: the module's
+        self.assertEqual(fix.max_points(hidden=False), 5)
+        with tempfile.TemporaryDirectory() as d:   # the manifest alone, as a release has it
             p = Path(d) / "manifest.toml"
-            p.write_text(stripped)
+            p.write_text((fixture / "manifest.toml").read_text())
             m = mf.load(p)
             self.assertEqual([t.name for t in m.modules["01_fix"].tests], ["add", "twice"])
             self.assertEqual(m.modules["02_dep"].prerequisites, ["01_fix"])
+            self.assertEqual(m.modules["02_dep"].test_binary, "test_02_dep")
+
+    def test_manifest_mistakes_are_named(self) -> None:
+        base = '[kit]\nmodules = ["m"]\n[modules.m]\nowned = ["exercises/m/m.cpp"]\n'
+        cases = [
+            (base + 'tests = [{ name = "a", filter = "A.*", points = 1, tier = "hidden" }]\n', None,
+             "belongs in grader/hidden/m/items.toml"),
+            (base + 'timout_s = 3\n', None, "unknown key(s) timout_s"),
+            (base + 'tests = [{ name = "a", filter = "A.*", points = 1 }]\n',
+             'tests = [{ name = "a", filter = "A.*", points = 1 }]\n', "duplicate test name 'a'"),
+            (base, 'tests = [{ name = "h", filter = "H.*" }]\n', "missing 'points'"),
+        ]
+        for manifest, hidden, message in cases:
+            with tempfile.TemporaryDirectory() as d:
+                (Path(d) / "manifest.toml").write_text(manifest)
+                if hidden is not None:
+                    (Path(d) / "hidden/m").mkdir(parents=True)
+                    (Path(d) / "hidden/m/items.toml").write_text(hidden)
+                with self.assertRaises(DistlabError) as cm:
+                    mf.load(Path(d) / "manifest.toml")
+                self.assertIn(message, str(cm.exception))
 
     def test_real_manifest_loads(self) -> None:
         m = mf.load()

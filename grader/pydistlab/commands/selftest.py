@@ -31,7 +31,7 @@ from pathlib import Path
 from .. import cmake, deps, golden, grade, manifest as mf, stubs, workspace as ws
 from . import release
 from ..errors import DistlabError
-from ..paths import BUILD, ROOT, is_release, nproc
+from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
 
 STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest"]
@@ -214,11 +214,18 @@ def step_release(t: Tally) -> None:
         t.check(False, "release runs", str(e))
         return
     t.check(not (out / "solutions").exists(), "release: no solutions/")
-    t.check(not (out / "grader" / "hidden").exists(), "release: no grader/hidden/")
+    t.check(not (out / "grader" / "hidden").exists(), "release: no grader/hidden/ (hidden tests and items)")
+    released = out / "grader" / "manifest.toml"
+    t.check(released.is_file() and released.read_bytes() == MANIFEST.read_bytes(),
+            "release: grader/manifest.toml is the kit's, unchanged")
     try:
-        man = mf.load(out / "grader" / "manifest.toml")
+        man = mf.load(released)
+        kit = mf.load()
         t.check(all(x.tier == "public" for m in man.modules.values() for x in m.tests),
                 "release: the manifest has no hidden tests")
+        t.check({m.name: m.items(False) for m in man.modules.values()} ==
+                {m.name: m.items(False) for m in kit.modules.values()},
+                "release: the public items are the kit's")
     except DistlabError as e:
         t.check(False, "release: the manifest loads", str(e))
     leaks = [str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.suffix in (".cpp", ".hpp", ".h")
