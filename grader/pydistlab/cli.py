@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import DistlabError
 
@@ -155,7 +155,8 @@ def parser() -> argparse.ArgumentParser:
 
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,
-                   help="comma-separated steps: build,tsan,solutions,stubs,sync,golden,release,selftest")
+                   help="comma-separated steps: build,tsan,nccl,solutions,stubs,sync,golden,release,"
+                        "selftest,lint")
     return p
 
 

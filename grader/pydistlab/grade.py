@@ -68,8 +68,8 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
                        progress=say)
     say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
     if warnings is not None:
-        warnings.extend(l.replace(str(tb.src) + "/", "") for l in bulk.output.splitlines()
-                        if "warning:" in l)
+        warnings.extend(line.replace(str(tb.src) + "/", "") for line in bulk.output.splitlines()
+                        if "warning:" in line)
     for n in present:
         results[n].build_seconds += bulk.seconds / len(present)
     if not bulk.ok:

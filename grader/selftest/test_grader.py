@@ -24,8 +24,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "grader"))
 
 import import_graph  # noqa: E402  (grader/selftest/, beside this file)
-from pydistlab import manifest as mf  # noqa: E402
-from pydistlab import runner, stubs, tree  # noqa: E402
+from pydistlab import manifest as mf, runner, stubs, tree  # noqa: E402
 from pydistlab.errors import DistlabError  # noqa: E402
 
 KIT = Path(os.environ.get("DISTLAB_SELFTEST_KIT", ROOT / "build" / "selftest-kit"))
@@ -148,13 +147,15 @@ class TestGrading(GraderTestCase):
         self.assertIn("crashed: SIGSEGV", tests["01_fix/add"]["output"])
 
     def test_hang_is_killed_at_the_limit(self) -> None:
-        files = {"exercises/01_fix/fix.cpp": fix_cpp("return a + b;", "for (volatile int i = 0;; i = i + 1) {} return a;")}
+        hang = "for (volatile int i = 0;; i = i + 1) {} return a;"
+        files = {"exercises/01_fix/fix.cpp": fix_cpp("return a + b;", hang)}
         _, tests = self.grade(files, modules=("01_fix",))
         self.assertEqual(tests["01_fix/add"]["status"], "passed")
         self.assertIn("timed out after 3 s", tests["01_fix/twice"]["output"])
 
     def test_deadlock_message_is_reported(self) -> None:
-        msg = "deadlock: rank 0 blocked in send(dst=1, tag=0, 16 floats); rank 1 blocked in send(dst=0, tag=0, 16 floats)"
+        msg = ("deadlock: rank 0 blocked in send(dst=1, tag=0, 16 floats); "
+               "rank 1 blocked in send(dst=0, tag=0, 16 floats)")
         files = {"exercises/01_fix/fix.cpp": fix_cpp(f'throw std::runtime_error("{msg}");')}
         _, tests = self.grade(files, modules=("01_fix",))
         self.assertTrue(tests["01_fix/add"]["output"].startswith("failed: deadlock: rank 0 blocked in send"),

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 from .. import manifest as mf, mpi
-from . import build
 from ..errors import DistlabError
+from . import build
 
 
 def main(a: argparse.Namespace) -> int:

@@ -13,6 +13,9 @@ Steps (each counts its checks):
   golden     reference outputs reproduce (./distlab golden --check)
   release    ./distlab release writes a repository without solutions and hidden tests
   selftest   the grader's own unittests (grader/selftest) on planted submissions
+  lint       ruff (settings in ruff.toml) on grader/ and the distlab script; ruff is taken from
+             PATH or installed with pip into build/tools/ruff, and the step is skipped, saying
+             why, where neither works
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,12 +33,13 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from .. import cmake, deps, golden, grade, manifest as mf, stubs, workspace as ws
-from . import release
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
+from . import release
 
-STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest"]
+STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "lint"]
+RUFF = "ruff==0.17.6"   # installed by the lint step when no ruff is on PATH
 
 
 class Tally:
@@ -65,7 +70,7 @@ def _ctest(build_dir: Path, args: list[str], env: dict[str, str] | None, t: Tall
                "--timeout", "300", "--output-junit", str(junit), *args]
         r = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
                            env=dict(os.environ, **(env or {})))
-        summary = [l for l in r.stdout.splitlines() if "tests passed" in l or "No tests were found" in l]
+        summary = [line for line in r.stdout.splitlines() if "tests passed" in line or "No tests were found" in line]
         print(f"    ctest {label}: {summary[0].strip() if summary else 'status ' + str(r.returncode)}", flush=True)
         if not junit.is_file():
             t.check(False, f"ctest {label} ran", r.stdout[-3000:] + r.stderr[-2000:])
@@ -196,7 +201,7 @@ def step_golden(t: Tally) -> None:
     with contextlib.redirect_stdout(buf):
         ok, bad = golden.run_generators([], check=True, quiet=True)
     text = buf.getvalue()
-    print("    " + "\n    ".join(l for l in text.splitlines() if l.strip()))
+    print("    " + "\n    ".join(line for line in text.splitlines() if line.strip()))
     for _ in range(ok):
         t.check(True, "golden")
     if bad:
@@ -246,14 +251,53 @@ def step_selftest(t: Tally) -> None:
     r = subprocess.run([sys.executable, "-m", "unittest", "discover", "-s", str(ROOT / "grader" / "selftest"),
                         "-v"], capture_output=True, text=True, cwd=ROOT, errors="replace")
     lines = r.stderr.splitlines()
-    results = [l for l in lines if re.search(r" \.\.\. (ok|FAIL|ERROR|skipped.*)$", l)]
-    for l in results:
-        name = l.split(" ... ")[0]
-        t.check(l.endswith(" ok") or " skipped" in l, f"selftest: {name}", "")
-    ran = next((l for l in lines if l.startswith("Ran ")), "")
+    results = [line for line in lines if re.search(r" \.\.\. (ok|FAIL|ERROR|skipped.*)$", line)]
+    for line in results:
+        name = line.split(" ... ")[0]
+        t.check(line.endswith(" ok") or " skipped" in line, f"selftest: {name}", "")
+    ran = next((line for line in lines if line.startswith("Ran ")), "")
     print(f"    {ran}", flush=True)
     if r.returncode != 0:
         t.check(False, "selftest: unittest run succeeded", "\n".join(lines[-60:]))
+
+
+def _ruff() -> tuple[list[str], str]:
+    """(the command that runs ruff, "") or ([], why there is none)."""
+    on_path = shutil.which("ruff")
+    if on_path:
+        return [on_path], ""
+    target = BUILD / "tools" / "ruff"
+    local = target / "bin" / "ruff"
+    if not local.is_file():
+        print(f"    installing {RUFF} into {target.relative_to(ROOT)} (pip)", flush=True)
+        try:
+            r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                                "--target", str(target), RUFF], capture_output=True, text=True, timeout=600,
+                               stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return [], f"pip could not run ({e})"
+        if r.returncode != 0 or not local.is_file():
+            return [], f"`pip install {RUFF}` failed: {(r.stderr or r.stdout).strip()[-300:]}"
+    return [str(local)], ""
+
+
+def step_lint(t: Tally) -> None:
+    t.step("lint: ruff on grader/ and distlab (settings in ruff.toml)")
+    ruff, why = _ruff()
+    if not ruff:
+        print(f"    skipped: no ruff here and it could not be installed: {why}\n"
+              f"    (install it with `python3 -m pip install ruff`, then run ./distlab test --only lint)",
+              flush=True)
+        return
+    r = subprocess.run([*ruff, "check", "--output-format", "concise", "grader", "distlab"], cwd=ROOT,
+                       capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
+    problems = [line for line in r.stdout.splitlines() if re.match(r"^\S+:\d+:\d+: ", line)]
+    version = subprocess.run([*ruff, "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"    {version}: {len(problems)} problems", flush=True)
+    for line in problems:
+        t.check(False, f"lint: {line}")
+    if not problems:
+        t.check(r.returncode == 0, "lint: grader/ and distlab are clean", r.stdout[-2000:] + r.stderr[-2000:])
 
 
 def main(a: argparse.Namespace) -> int:
@@ -266,8 +310,9 @@ def main(a: argparse.Namespace) -> int:
     if unknown:
         raise DistlabError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
     t = Tally()
-    steps = {"build": step_build, "tsan": step_tsan, "nccl": step_nccl, "solutions": step_solutions, "stubs": step_stubs,
-             "sync": step_sync, "golden": step_golden, "release": step_release, "selftest": step_selftest}
+    steps = {"build": step_build, "tsan": step_tsan, "nccl": step_nccl, "solutions": step_solutions,
+             "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
+             "selftest": step_selftest, "lint": step_lint}
     for name in STEPS:
         if name not in only:
             continue
