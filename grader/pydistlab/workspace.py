@@ -13,6 +13,7 @@ workspace is shared by `grade --solutions`, `golden` and the self-test.
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -115,9 +116,20 @@ def open_tree(tree_id: str, overlay: dict[str, bytes], hidden: bool, say: Progre
         src = base / "src"
         files = _tree_files(hidden)
         files.update(overlay)
+        cmake_lists = _cmake_lists(src)
         written, removed = tree.mirror(files, src)
         say(f"clean copy {rel(src)}: {written} files written, {removed} removed")
+        if cmake_lists and _cmake_lists(src) != cmake_lists:
+            # A folder with a CMakeLists.txt came or went (grader/hidden/ with and without
+            # --hidden): CMake must look again, and ninja re-runs it only for a changed file.
+            os.utime(src / "CMakeLists.txt")
         yield TreeBuild(src, base / "build", base / "build-tsan")
+
+
+def _cmake_lists(src: Path) -> set[str]:
+    """The CMakeLists.txt files under src (relative paths)."""
+    return {str(Path(d, "CMakeLists.txt").relative_to(src)) for d, _, names in os.walk(src)
+            if "CMakeLists.txt" in names}
 
 
 @contextmanager

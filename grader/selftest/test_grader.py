@@ -122,6 +122,17 @@ class TestGrading(GraderTestCase):
         self.assertEqual(hidden["visibility"], "after_published")
         self.assertIn("total", r.stdout)
 
+    def test_hidden_items_build_after_a_grade_without_them(self) -> None:
+        # The same workspace without grader/hidden/, then with it: CMake must see the hidden tests.
+        for extra in ((), ("--hidden",)):
+            out = Path(tempfile.mkdtemp(dir=self.tmp))
+            r = distlab("grade", "01_fix", "--solutions", *extra, "--out", str(out))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            (KIT / "build/grade/solutions/build/bin/test_01_fix_hidden").unlink(missing_ok=True)  # no stale one
+        data = json.loads((out / "results.json").read_text())
+        self.assertEqual([(t["name"], t["status"]) for t in data["tests"]],
+                         [("01_fix/add", "passed"), ("01_fix/twice", "passed"), ("01_fix/add_large", "passed")])
+
     def test_stubs_score_zero(self) -> None:
         data, tests = self.grade({})
         self.assertEqual(data["score"], 0)
