@@ -1,1 +1,22 @@
-"""pydistlab: the machinery behind the `./distlab` command (standard library only)."""
+"""pydistlab: the machinery behind the `./distlab` command (standard library only).
+
+  cli.py           parses `./distlab COMMAND ...` and hands over to the command's module
+  errors.py        DistlabError: a problem the user can fix, shown as `distlab CMD: error: ...`
+  paths.py         where things live (kit root, manifest, build/), CPU count, student-repo test
+  cmake.py         configuring and building with CMake + Ninja
+  deps.py          the system packages the kit needs: detect, install (Debian/Ubuntu)
+  mpi.py           mpirun command lines
+  tree.py          the kit's files, and mirroring them into a folder touching only what changed
+  stubs.py         exercises/ generated from solutions/ (solution regions become TODOs)
+Grading
+  manifest.py      grader/manifest.toml and the hidden items in grader/hidden/<module>/items.toml
+  results.py       Mode (student, solutions, submission) and the results per item, module, run
+  workspace.py     the clean copies under build/grade/<id>/: lock, mirror, configure, build errors
+  runner.py        one graded item: a test process with a time limit, and what happened to it
+  submission.py    reading a submission (folder or zip), taking only the owned files
+  grade.py         one grading run: plan the trees, build, run the items, collect the results
+  batch.py         a folder of submissions graded one after the other into a CSV gradebook
+  report.py        results.json (Gradescope), JUnit XML, Markdown, and the terminal table
+  golden.py        reference outputs: regenerate them from solutions/ or check they reproduce
+commands/          one module per command that is not a grading module (see its __init__.py)
+"""

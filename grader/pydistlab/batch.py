@@ -13,6 +13,7 @@ from pathlib import Path
 from . import grade, manifest as mf, report
 from .errors import DistlabError
 from .paths import rel
+from .results import Mode
 
 
 def submissions_in(folder: Path) -> list[Path]:
@@ -40,7 +41,7 @@ def main(folder: Path, csv_path: Path | None, modules: list[str], hidden: bool,
         print(f"[{i}/{len(subs)}] {name} ...", end=" ", flush=True)
         row = {"submission": name}
         try:
-            run = grade.grade(modules, "submission", sub, hidden, jobs, quiet=True)
+            run = grade.grade(modules, Mode.SUBMISSION, sub, hidden, jobs, quiet=True)
             report.write_all(run, out / name)
             by_mod = {m.module.name: m for m in run.modules}
             for n in selected:

@@ -1,9 +1,10 @@
-"""`./distlab`: the command line. Each subcommand lives in its own module; this file only parses."""
+"""`./distlab`: the command line. This file only parses; each command lives in its own module:
+commands/<command>.py, or the grading module itself (golden) or stubs.py (sync, check)."""
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import DistlabError
 
@@ -34,43 +35,43 @@ def _cmd_check(a: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(a: argparse.Namespace) -> int:
-    from . import doctor
+    from .commands import doctor
     return doctor.main(install=a.install)
 
 
 def _cmd_build(a: argparse.Namespace) -> int:
-    from . import build
+    from .commands import build
     return build.main(a.preset, a.solutions, a.target)
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
-    from . import runprog
-    return runprog.main(a)
+    from .commands import run
+    return run.main(a)
 
 
 def _cmd_bench(a: argparse.Namespace) -> int:
-    from . import bench
+    from .commands import bench
     return bench.main(a)
 
 
 def _cmd_grade(a: argparse.Namespace) -> int:
-    from . import grade
+    from .commands import grade
     return grade.main(a)
 
 
 def _cmd_submit(a: argparse.Namespace) -> int:
-    from . import submit
+    from .commands import submit
     return submit.main(a.output, a.modules)
 
 
 def _cmd_release(a: argparse.Namespace) -> int:
-    from . import release
+    from .commands import release
     return release.main(a.out, force=a.force)
 
 
 def _cmd_gradescope_zip(a: argparse.Namespace) -> int:
-    from . import gradescope
-    return gradescope.main(a.out)
+    from .commands import gradescope_zip
+    return gradescope_zip.main(a.out)
 
 
 def _cmd_golden(a: argparse.Namespace) -> int:
@@ -79,8 +80,8 @@ def _cmd_golden(a: argparse.Namespace) -> int:
 
 
 def _cmd_test(a: argparse.Namespace) -> int:
-    from . import selftest_cmd
-    return selftest_cmd.main(a)
+    from .commands import selftest
+    return selftest.main(a)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -154,7 +155,8 @@ def parser() -> argparse.ArgumentParser:
 
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,
-                   help="comma-separated steps: build,tsan,solutions,stubs,sync,golden,release,selftest")
+                   help="comma-separated steps: build,tsan,nccl,solutions,stubs,sync,golden,release,"
+                        "selftest,lint")
     return p
 
 

@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from . import cmake, deps, grade, manifest as mf
+from . import cmake, deps, manifest as mf, workspace as ws
 from .errors import DistlabError
 from .paths import ROOT, is_release, rel
 
@@ -128,38 +128,31 @@ def _modules_with_generators(man: mf.Manifest, names: list[str], known: set[str]
     return out
 
 
-def _build(say: grade.Progress) -> tuple[grade.TreeBuild, set[str]]:
-    """The solutions tree of the grader (shared with `grade --solutions`)."""
-    man = mf.load()
-    overlay = grade.solution_overlay(man.order, man)
-    lock = grade._lock(ROOT / "build" / "grade" / "solutions" / ".lock", say)
-    try:
-        tb = grade.prepare_tree("solutions", overlay, hidden=(ROOT / "grader" / "hidden").is_dir(), say=say)
-        grade._configure(tb, tb.build, grade.BASE_CACHE, say)
-    finally:
-        lock.close()
-    return tb, cmake.targets(tb.build)
-
-
 def run_generators(names: list[str], check: bool, quiet: bool = False) -> tuple[int, int]:
     """Regenerates (or checks) the reference outputs; returns (modules ok, modules failed)."""
     if is_release():
         raise DistlabError("reference outputs are generated from solutions/, which a student "
                            "repository does not have")
     deps.ensure()
-    say = grade.Progress(quiet)
-    tb, known = _build(say)
-    man = mf.load()
-    gens = _modules_with_generators(man, names, known)
-    if not gens:
-        print("no module has a reference-output generator (a CMake target golden_<module>)")
-        return 0, 0
+    say = ws.Progress(quiet)
+    # The solutions workspace of the grader (shared with `grade --solutions`), locked throughout.
+    with ws.solutions_tree(say, hidden=(ROOT / "grader" / "hidden").is_dir()) as tb:
+        ws.configure(tb, tb.build, ws.BASE_CACHE, say)
+        man = mf.load()
+        gens = _modules_with_generators(man, names, cmake.targets(tb.build))
+        if not gens:
+            print("no module has a reference-output generator (a CMake target golden_<module>)")
+            return 0, 0
+        return _run(tb, gens, check)
+
+
+def _run(tb: ws.TreeBuild, gens: list[tuple[mf.Module, str]], check: bool) -> tuple[int, int]:
+    """Builds and runs each generator in tb, then writes its outputs or checks them."""
     ok = bad = 0
     for m, target in gens:
         r = cmake.build(tb.build, [target])
         if not r.ok:
-            print(f"{m.name}: the generator {target} does not build:\n"
-                  f"{grade.first_errors(r.output, str(tb.src) + '/')}")
+            print(f"{m.name}: the generator {target} does not build:\n{tb.first_errors(r.output)}")
             bad += 1
             continue
         with tempfile.TemporaryDirectory(prefix="distlab-golden-") as tmp:

@@ -1,16 +1,29 @@
-"""The grader's manifest (grader/manifest.toml; its header comment documents the format)."""
+"""The grader's manifest: grader/manifest.toml (its header comment documents the format) plus the
+hidden items in grader/hidden/<module>/items.toml, which are loaded when present."""
 from __future__ import annotations
 
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import DistlabError
 from .paths import MANIFEST
 
+# The defaults, stated once (the manifest's header repeats them for its readers).
 DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_GOLDEN_RTOL = 1e-6
+DEFAULT_GOLDEN_ATOL = 1e-9
+DEFAULT_GOLDEN_TERMS = 1
 TIERS = ("public", "hidden")
+HIDDEN_ITEMS = "items.toml"     # grader/hidden/<module>/items.toml
+
+MODULE_KEYS = {"owned", "prerequisites", "sanitizers", "test_binary", "timeout_s", "tests",
+               "golden_target", "golden_args", "golden_rtol", "golden_atol",
+               "golden_terms"}
+HIDDEN_KEYS = {"binary", "tests"}
+ITEM_KEYS = {"name", "filter", "points", "tier", "timeout_s"}
 
 
 @dataclass(frozen=True)
@@ -40,9 +53,9 @@ class Module:
     tests: list[TestItem] = field(default_factory=list)
     golden_target: str = ""
     golden_args: list[str] = field(default_factory=list)
-    golden_rtol: float = 1e-6
-    golden_atol: float = 1e-9
-    golden_terms: int = 1
+    golden_rtol: float = DEFAULT_GOLDEN_RTOL
+    golden_atol: float = DEFAULT_GOLDEN_ATOL
+    golden_terms: int = DEFAULT_GOLDEN_TERMS
 
     def items(self, hidden: bool) -> list[TestItem]:
         return [t for t in self.tests if t.tier == "public" or hidden]
@@ -103,36 +116,79 @@ def _num(v: object, where: str) -> float:
     return float(v)
 
 
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise DistlabError(f"{path} is not valid TOML: {e}") from None
+
+
+def _check_keys(table: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise DistlabError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+
+
+def _items(raw: object, m: Module, tier: str, where: str, seen: set[str]) -> list[TestItem]:
+    """The items of one `tests` array; tier is "public" (the manifest) or "hidden" (items.toml)."""
+    if not isinstance(raw, list):
+        raise DistlabError(f"{where} tests: expected an array of tables")
+    items = []
+    for i, t in enumerate(raw):
+        tw = f"{where} tests[{i}]"
+        if not isinstance(t, dict):
+            raise DistlabError(f"{tw}: expected a table {{ name = ..., filter = ..., points = ... }}")
+        _check_keys(t, ITEM_KEYS, tw)
+        for key in ("name", "filter", "points"):
+            if key not in t:
+                raise DistlabError(f"{tw}: missing '{key}'")
+        given = str(t.get("tier", tier))
+        if given not in TIERS:
+            raise DistlabError(f"{tw}: tier must be \"public\" or \"hidden\", not {given!r}")
+        if given != tier:
+            raise DistlabError(f"{tw}: a {given} item belongs in " +
+                               ("grader/manifest.toml" if given == "public" else
+                                f"grader/hidden/{m.name}/{HIDDEN_ITEMS}") + " (drop its tier key)")
+        if t["name"] in seen:
+            raise DistlabError(f"{tw}: duplicate test name {t['name']!r}")
+        seen.add(str(t["name"]))
+        items.append(TestItem(module=m.name, name=str(t["name"]), filter=str(t["filter"]),
+                              points=_num(t["points"], f"{tw} points"), tier=tier,
+                              timeout_s=_num(t.get("timeout_s", m.timeout_s), f"{tw} timeout_s")))
+    return items
+
+
 def load(path: Path = MANIFEST) -> Manifest:
+    """The manifest at path, with the hidden items of path's folder's hidden/<module>/ when present."""
     if not path.is_file():
         raise DistlabError(f"{path} is missing: run ./distlab from the kit's root folder")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise DistlabError(f"{path.name} is not valid TOML: {e}") from None
+    data = _read(path)
     kit = data.get("kit", {})
     order = list(kit.get("modules", []))
     raw = data.get("modules", {})
     for name in raw:
         if name not in order:
             order.append(name)
+    hidden_dir = path.parent / "hidden"
     modules: dict[str, Module] = {}
     for name, sec in raw.items():
         where = f"{path.name} [modules.{name}]"
         if not re.fullmatch(r"[A-Za-z0-9_]+", name):
             raise DistlabError(f"{where}: module names are letters, digits and _ only")
+        _check_keys(sec, MODULE_KEYS, where)
         m = Module(name=name,
                    owned=[str(o) for o in sec.get("owned", [])],
                    prerequisites=[str(p) for p in sec.get("prerequisites", [])],
                    sanitizers=[str(s) for s in sec.get("sanitizers", [])],
                    test_binary=str(sec.get("test_binary", f"test_{name}")),
-                   hidden_binary=str(sec.get("hidden_binary", f"test_{name}_hidden")),
+                   hidden_binary=f"test_{name}_hidden",
                    timeout_s=_num(sec.get("timeout_s", DEFAULT_TIMEOUT_S), f"{where} timeout_s"),
                    golden_target=str(sec.get("golden_target", "")),
                    golden_args=[str(a) for a in sec.get("golden_args", [])],
-                   golden_rtol=_num(sec.get("golden_rtol", 1e-6), f"{where} golden_rtol"),
-                   golden_atol=_num(sec.get("golden_atol", 1e-9), f"{where} golden_atol"),
-                   golden_terms=int(_num(sec.get("golden_terms", 1), f"{where} golden_terms")))
+                   golden_rtol=_num(sec.get("golden_rtol", DEFAULT_GOLDEN_RTOL), f"{where} golden_rtol"),
+                   golden_atol=_num(sec.get("golden_atol", DEFAULT_GOLDEN_ATOL), f"{where} golden_atol"),
+                   golden_terms=int(_num(sec.get("golden_terms", DEFAULT_GOLDEN_TERMS),
+                                         f"{where} golden_terms")))
         for o in m.owned:
             if o.startswith("/") or ".." in Path(o).parts:
                 raise DistlabError(f"{where}: owned path {o!r} must be relative to the kit root")
@@ -140,56 +196,22 @@ def load(path: Path = MANIFEST) -> Manifest:
             if s != "thread":
                 raise DistlabError(f"{where}: unknown sanitizer {s!r} (supported: \"thread\")")
         seen: set[str] = set()
-        for i, t in enumerate(sec.get("tests", [])):
-            tw = f"{where} tests[{i}]"
-            for key in ("name", "filter", "points"):
-                if key not in t:
-                    raise DistlabError(f"{tw}: missing '{key}'")
-            tier = str(t.get("tier", "public"))
-            if tier not in TIERS:
-                raise DistlabError(f"{tw}: tier must be \"public\" or \"hidden\", not {tier!r}")
-            if t["name"] in seen:
-                raise DistlabError(f"{tw}: duplicate test name {t['name']!r}")
-            seen.add(str(t["name"]))
-            m.tests.append(TestItem(module=name, name=str(t["name"]), filter=str(t["filter"]),
-                                    points=_num(t["points"], f"{tw} points"), tier=tier,
-                                    timeout_s=_num(t.get("timeout_s", m.timeout_s), f"{tw} timeout_s")))
+        m.tests = _items(sec.get("tests", []), m, "public", where, seen)
+        hidden_file = hidden_dir / name / HIDDEN_ITEMS
+        if hidden_file.is_file():
+            hw = f"grader/hidden/{name}/{HIDDEN_ITEMS}"
+            hidden = _read(hidden_file)
+            _check_keys(hidden, HIDDEN_KEYS, hw)
+            m.hidden_binary = str(hidden.get("binary", m.hidden_binary))
+            m.tests += _items(hidden.get("tests", []), m, "hidden", hw, seen)
         modules[name] = m
     for m in modules.values():
         for p in m.prerequisites:
             if p not in modules and p not in order:
                 raise DistlabError(f"{path.name} [modules.{m.name}]: unknown prerequisite {p!r}")
+    if hidden_dir.is_dir():
+        for f in sorted(hidden_dir.glob(f"*/{HIDDEN_ITEMS}")):
+            if f.parent.name not in modules:
+                raise DistlabError(f"grader/hidden/{f.parent.name}/{HIDDEN_ITEMS}: no module "
+                                   f"{f.parent.name} in {path.name}")
     return Manifest(modules=modules, order=order, path=path)
-
-
-def strip_hidden(text: str) -> str:
-    """The manifest text without hidden tests and hidden_binary keys (for `release`).
-
-    Works on the text so comments and layout survive: drops every [[modules.X.tests]] table whose
-    tier is "hidden" and every `hidden_binary = ...` line."""
-    lines = text.splitlines(keepends=True)
-    out: list[str] = []
-    block: list[str] = []
-    in_test = False
-
-    def flush() -> None:
-        nonlocal block
-        if block and not any(re.match(r'^\s*tier\s*=\s*["\']hidden["\']', l) for l in block):
-            out.extend(block)
-        block = []
-
-    for line in lines:
-        header = re.match(r"^\s*\[", line)
-        if header:
-            if in_test:
-                flush()
-            in_test = bool(re.match(r"^\s*\[\[\s*modules\.[^\]]+\.tests\s*\]\]", line))
-        elif in_test and re.match(r"^\s*#\s*(BEGIN|END) MODULE", line):
-            flush()
-            in_test = False
-        if re.match(r"^\s*hidden_binary\s*=", line):
-            continue
-        (block if in_test else out).append(line)
-    if in_test:
-        flush()
-    return "".join(out)

@@ -4,10 +4,9 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .grade import GradeRun, ModuleResult
+from .results import GradeRun, ModuleResult
 
 OUTPUT_LIMIT = 10 * 1024  # per test in results.json / junit (Gradescope shows it to students)
 
@@ -23,13 +22,13 @@ def _cap(text: str, limit: int = OUTPUT_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + "\n... (output truncated)"
 
 
-def module_status(m: "ModuleResult") -> str:
+def module_status(m: ModuleResult) -> str:
     if m.status != "graded":
         return m.status
     return "full marks" if m.score >= m.max_score else "graded"
 
 
-def summary_lines(run: "GradeRun") -> list[str]:
+def summary_lines(run: GradeRun) -> list[str]:
     lines = [f"distlab grade ({run.mode}{', with hidden tests' if run.hidden else ''}): "
              f"{_fmt(run.score)} / {_fmt(run.max_score)} points in {run.seconds:.1f} s"]
     for n in run.notes:
@@ -44,7 +43,7 @@ def summary_lines(run: "GradeRun") -> list[str]:
     return lines
 
 
-def results_json(run: "GradeRun") -> dict[str, Any]:
+def results_json(run: GradeRun) -> dict[str, Any]:
     tests: list[dict[str, Any]] = []
     for m in run.modules:
         by_name = {i.item.name: i for i in m.items}
@@ -75,7 +74,7 @@ def results_json(run: "GradeRun") -> dict[str, Any]:
     }
 
 
-def junit_xml(run: "GradeRun") -> ET.ElementTree:
+def junit_xml(run: GradeRun) -> ET.ElementTree:
     root = ET.Element("testsuites", name="distlab grade", time=f"{run.seconds:.3f}")
     total = failures = 0
     for m in run.modules:
@@ -109,7 +108,7 @@ def junit_xml(run: "GradeRun") -> ET.ElementTree:
     return tree
 
 
-def markdown(run: "GradeRun") -> str:
+def markdown(run: GradeRun) -> str:
     md = [f"# distlab grade: {_fmt(run.score)} / {_fmt(run.max_score)}", "",
           f"Mode: {run.mode}{' (with hidden tests)' if run.hidden else ''}; "
           f"graded in {run.seconds:.1f} s.", ""]
@@ -145,14 +144,14 @@ def markdown(run: "GradeRun") -> str:
     return "\n".join(md) + "\n"
 
 
-def write_all(run: "GradeRun", out: Path) -> None:
+def write_all(run: GradeRun, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results_json(run), indent=2) + "\n", encoding="utf-8")
     junit_xml(run).write(out / "junit.xml", encoding="utf-8", xml_declaration=True)
     (out / "report.md").write_text(markdown(run), encoding="utf-8")
 
 
-def print_table(run: "GradeRun") -> None:
+def print_table(run: GradeRun) -> None:
     rows = [("module", "points", "passed", "failed", "time", "status")]
     for m in run.modules:
         rows.append((m.module.name, f"{_fmt(m.score)}/{_fmt(m.max_score)}", str(m.passed), str(m.failed),

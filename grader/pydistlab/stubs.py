@@ -82,7 +82,7 @@ def strip_solutions(text: str, name: str = "<text>") -> str:
 
 
 def has_markers(text: str) -> bool:
-    return any(_BEGIN.match(l) for l in text.splitlines())
+    return any(_BEGIN.match(line) for line in text.splitlines())
 
 
 def _files(tree: Path) -> list[Path]:
@@ -171,7 +171,7 @@ def sync(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES, verbose: bool
         (exercises / relpath).unlink()
     # Drop folders left empty by removed files.
     if exercises.is_dir():
-        for dirpath, _dirs, _files_ in sorted(os.walk(exercises), key=lambda t: -len(t[0])):
+        for dirpath, _dirs, _names in sorted(os.walk(exercises), key=lambda t: -len(t[0])):
             p = Path(dirpath)
             if p != exercises and not any(p.iterdir()):
                 p.rmdir()

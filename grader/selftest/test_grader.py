@@ -24,8 +24,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "grader"))
 
-from pydistlab import manifest as mf  # noqa: E402
-from pydistlab import runner, stubs, tree  # noqa: E402
+import import_graph  # noqa: E402  (grader/selftest/, beside this file)
+from pydistlab import manifest as mf, runner, stubs, tree  # noqa: E402
+from pydistlab.errors import DistlabError  # noqa: E402
 
 KIT = Path(os.environ.get("DISTLAB_SELFTEST_KIT", ROOT / "build" / "selftest-kit"))
 
@@ -44,8 +45,10 @@ def fix_cpp(add_body: str, twice_body: str = "return add(a, a);") -> str:
 def make_kit() -> None:
     """Mirrors the miniature kit (with this checkout's distlab and pydistlab) into KIT."""
     files: dict[str, Path | bytes] = {"distlab": ROOT / "distlab"}
-    for p in (ROOT / "grader" / "pydistlab").glob("*.py"):
-        files[f"grader/pydistlab/{p.name}"] = p
+    package = ROOT / "grader" / "pydistlab"
+    for p in package.rglob("*.py"):
+        if "__pycache__" not in p.parts:
+            files[f"grader/pydistlab/{p.relative_to(package).as_posix()}"] = p
     for name in ("setup.sh", "run_autograder"):
         files[f"grader/gradescope/{name}"] = ROOT / "grader" / "gradescope" / name
     fixture = HERE / "fixture_kit"
@@ -120,6 +123,17 @@ class TestGrading(GraderTestCase):
         self.assertEqual(hidden["visibility"], "after_published")
         self.assertIn("total", r.stdout)
 
+    def test_hidden_items_build_after_a_grade_without_them(self) -> None:
+        # The same workspace without grader/hidden/, then with it: CMake must see the hidden tests.
+        for extra in ((), ("--hidden",)):
+            out = Path(tempfile.mkdtemp(dir=self.tmp))
+            r = distlab("grade", "01_fix", "--solutions", *extra, "--out", str(out))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            (KIT / "build/grade/solutions/build/bin/test_01_fix_hidden").unlink(missing_ok=True)  # no stale one
+        data = json.loads((out / "results.json").read_text())
+        self.assertEqual([(t["name"], t["status"]) for t in data["tests"]],
+                         [("01_fix/add", "passed"), ("01_fix/twice", "passed"), ("01_fix/add_large", "passed")])
+
     def test_stubs_score_zero(self) -> None:
         data, tests = self.grade({})
         self.assertEqual(data["score"], 0)
@@ -145,13 +159,15 @@ class TestGrading(GraderTestCase):
         self.assertIn("crashed: SIGSEGV", tests["01_fix/add"]["output"])
 
     def test_hang_is_killed_at_the_limit(self) -> None:
-        files = {"exercises/01_fix/fix.cpp": fix_cpp("return a + b;", "for (volatile int i = 0;; i = i + 1) {} return a;")}
+        hang = "for (volatile int i = 0;; i = i + 1) {} return a;"
+        files = {"exercises/01_fix/fix.cpp": fix_cpp("return a + b;", hang)}
         _, tests = self.grade(files, modules=("01_fix",))
         self.assertEqual(tests["01_fix/add"]["status"], "passed")
         self.assertIn("timed out after 3 s", tests["01_fix/twice"]["output"])
 
     def test_deadlock_message_is_reported(self) -> None:
-        msg = "deadlock: rank 0 blocked in send(dst=1, tag=0, 16 floats); rank 1 blocked in send(dst=0, tag=0, 16 floats)"
+        msg = ("deadlock: rank 0 blocked in send(dst=1, tag=0, 16 floats); "
+               "rank 1 blocked in send(dst=0, tag=0, 16 floats)")
         files = {"exercises/01_fix/fix.cpp": fix_cpp(f'throw std::runtime_error("{msg}");')}
         _, tests = self.grade(files, modules=("01_fix",))
         self.assertTrue(tests["01_fix/add"]["output"].startswith("failed: deadlock: rank 0 blocked in send"),
@@ -241,6 +257,7 @@ class TestRelease(GraderTestCase):
         self.assertFalse((out / "solutions").exists())
         self.assertFalse((out / "grader/hidden").exists())
         self.assertNotIn("add_large", (out / "grader/manifest.toml").read_text())
+        self.assertEqual((out / "grader/manifest.toml").read_bytes(), (KIT / "grader/manifest.toml").read_bytes())
         self.assertTrue((out / "exercises/01_fix/fix.cpp").is_file())
         r = subprocess.run([sys.executable, str(out / "distlab"), "grade", "01_fix", "--quiet"], cwd=out,
                            capture_output=True, text=True, timeout=600)
@@ -332,6 +349,7 @@ class TestGradescope(GraderTestCase):
             self.assertIn("run_autograder", names)
             self.assertIn("distlab/solutions/01_fix/fix.cpp", names)        # instructor mode needs it
             self.assertIn("distlab/grader/hidden/01_fix/CMakeLists.txt", names)
+            self.assertIn("distlab/grader/hidden/01_fix/items.toml", names)
             zf.extractall(ag / "source")
         for p in (ag / "source").rglob("*"):
             if p.name in ("distlab", "run_autograder", "setup.sh"):
@@ -419,23 +437,71 @@ class TestStubsAndManifest(unittest.TestCase):
             self.assertEqual(drift.changed, [Path("m/a.cpp")])
             self.assertEqual(drift.extra, [Path("m/extra.cpp")])
 
-    def test_strip_hidden(self) -> None:
-        text = (HERE / "fixture_kit/grader/manifest.toml").read_text()
-        stripped = mf.strip_hidden(text)
-        self.assertNotIn("add_large", stripped)
-        self.assertNotIn("hidden_binary", stripped)
-        with tempfile.TemporaryDirectory() as d:
+    def test_hidden_items_load_from_their_own_file(self) -> None:
+        fixture = HERE / "fixture_kit/grader"
+        m = mf.load(fixture / "manifest.toml")
+        fix = m.modules["01_fix"]
+        self.assertEqual([(t.name, t.tier) for t in fix.tests],
+                         [("add", "public"), ("twice", "public"), ("add_large", "hidden")])
+        self.assertEqual(fix.binary_for(fix.tests[2]), "test_01_fix_hidden")
+        self.assertEqual([t.timeout_s for t in fix.tests], [10, 3, 10])   # defaults: the module's
+        self.assertEqual(fix.max_points(hidden=False), 5)
+        with tempfile.TemporaryDirectory() as d:   # the manifest alone, as a release has it
             p = Path(d) / "manifest.toml"
-            p.write_text(stripped)
+            p.write_text((fixture / "manifest.toml").read_text())
             m = mf.load(p)
             self.assertEqual([t.name for t in m.modules["01_fix"].tests], ["add", "twice"])
             self.assertEqual(m.modules["02_dep"].prerequisites, ["01_fix"])
+            self.assertEqual(m.modules["02_dep"].test_binary, "test_02_dep")
+
+    def test_manifest_mistakes_are_named(self) -> None:
+        base = '[kit]\nmodules = ["m"]\n[modules.m]\nowned = ["exercises/m/m.cpp"]\n'
+        cases = [
+            (base + 'tests = [{ name = "a", filter = "A.*", points = 1, tier = "hidden" }]\n', None,
+             "belongs in grader/hidden/m/items.toml"),
+            (base + 'timout_s = 3\n', None, "unknown key(s) timout_s"),
+            (base + 'tests = [{ name = "a", filter = "A.*", points = 1 }]\n',
+             'tests = [{ name = "a", filter = "A.*", points = 1 }]\n', "duplicate test name 'a'"),
+            (base, 'tests = [{ name = "h", filter = "H.*" }]\n', "missing 'points'"),
+        ]
+        for manifest, hidden, message in cases:
+            with tempfile.TemporaryDirectory() as d:
+                (Path(d) / "manifest.toml").write_text(manifest)
+                if hidden is not None:
+                    (Path(d) / "hidden/m").mkdir(parents=True)
+                    (Path(d) / "hidden/m/items.toml").write_text(hidden)
+                with self.assertRaises(DistlabError) as cm:
+                    mf.load(Path(d) / "manifest.toml")
+                self.assertIn(message, str(cm.exception))
 
     def test_real_manifest_loads(self) -> None:
         m = mf.load()
         for mod in m.modules.values():
             for t in mod.tests:
                 self.assertGreater(t.points, 0, t.full_name)
+
+
+class TestPackage(unittest.TestCase):
+    def test_import_graph_is_acyclic(self) -> None:
+        edges = import_graph.graph()
+        self.assertIn("pydistlab.commands.grade", edges)
+        self.assertIn("pydistlab.grade", edges["pydistlab.commands.grade"])
+        self.assertEqual(import_graph.find_cycle(edges), [], "pydistlab has an import cycle")
+
+    def test_a_cycle_is_found(self) -> None:
+        self.assertEqual(import_graph.find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}),
+                         ["a", "b", "c", "a"])
+
+    def test_every_module_imports_without_matplotlib(self) -> None:
+        code = ("import importlib, sys\n"
+                "sys.modules['matplotlib'] = None  # import matplotlib raises ImportError\n"
+                f"sys.path.insert(0, {str(ROOT / 'grader')!r})\n"
+                "import import_graph\n"
+                "for m in sorted(import_graph.graph()):\n"
+                "    importlib.import_module(m)\n")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE,
+                           env=dict(os.environ, PYTHONPATH=str(HERE)))
+        self.assertEqual(r.returncode, 0, r.stderr)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,9 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from . import tree
-from .errors import DistlabError
-from .paths import ROOT, is_release, rel
+from .. import tree
+from ..errors import DistlabError
+from ..paths import ROOT, is_release, rel
 
 
 def main(out: str) -> int:

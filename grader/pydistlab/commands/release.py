@@ -1,29 +1,24 @@
 """`./distlab release OUT`: the student repository (no solutions/, no hidden tests).
 
-What is left out: solutions/, grader/hidden/, the hidden items and hidden_binary keys of the
-manifest, the grader's own self-tests and the Gradescope autograder. The result builds and
-grades on its own (./distlab grade there grades the stubs to zero)."""
+What is left out: solutions/, grader/hidden/ (the hidden tests and their items.toml), the grader's
+own self-tests and the Gradescope autograder; every other file, grader/manifest.toml included, is
+copied unchanged. The result builds and grades on its own (./distlab grade there grades the stubs
+to zero)."""
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from . import manifest as mf, stubs, tree
-from .errors import DistlabError
-from .paths import CXX_EXTENSIONS, ROOT, is_release
+from .. import manifest as mf, stubs, tree
+from ..errors import DistlabError
+from ..paths import CXX_EXTENSIONS, ROOT, is_release
 
 LEFT_OUT = ("solutions/", "grader/hidden/", "grader/selftest/", "grader/gradescope/")
 
 
 def release_files() -> dict[str, Path | bytes]:
-    files: dict[str, Path | bytes] = {}
-    for name in tree.kit_files(ROOT):
-        if name.startswith(LEFT_OUT):
-            continue
-        files[name] = ROOT / name
-    manifest = "grader/manifest.toml"
-    files[manifest] = mf.strip_hidden((ROOT / manifest).read_text(encoding="utf-8")).encode("utf-8")
-    return files
+    """The kit's files that go to students: relative path -> file."""
+    return {name: ROOT / name for name in tree.kit_files(ROOT) if not name.startswith(LEFT_OUT)}
 
 
 def main(out: str, force: bool = False) -> int:
@@ -52,7 +47,7 @@ def main(out: str, force: bool = False) -> int:
     man = mf.load(dest / "grader" / "manifest.toml")
     n_items = sum(len(m.tests) for m in man.modules.values())
     print(f"released {len(files)} files to {dest} ({len(man.modules)} modules, {n_items} public tests; "
-          f"left out: {', '.join(LEFT_OUT)} and the manifest's hidden tests)")
+          f"left out: {', '.join(LEFT_OUT)})")
     print(f"next: cd {out} && git init && git add -A && git commit -m 'distlab course kit' "
           f"(students run ./distlab grade there)")
     return 0

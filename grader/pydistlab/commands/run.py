@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 
-from . import build, manifest as mf, mpi
-from .errors import DistlabError
+from .. import manifest as mf, mpi
+from ..errors import DistlabError
+from . import build
 
 
 def main(a: argparse.Namespace) -> int:

@@ -8,8 +8,8 @@ import shutil
 import subprocess
 import sys
 
-from . import deps
-from .paths import BUILD, rel
+from .. import deps
+from ..paths import BUILD, rel
 
 
 def _first_line(cmd: list[str], pick: int = 0) -> str:
@@ -17,7 +17,7 @@ def _first_line(cmd: list[str], pick: int = 0) -> str:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    lines = [l.strip() for l in (r.stdout + r.stderr).splitlines() if l.strip()]
+    lines = [line.strip() for line in (r.stdout + r.stderr).splitlines() if line.strip()]
     return lines[pick] if lines else ""
 
 
@@ -89,7 +89,7 @@ def main(install: bool = False) -> int:
     if shutil.which("nvidia-smi"):
         try:
             out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-            gpus = "; ".join(l.strip() for l in out.stdout.splitlines() if l.strip())
+            gpus = "; ".join(line.strip() for line in out.stdout.splitlines() if line.strip())
         except (OSError, subprocess.TimeoutExpired):
             gpus = ""
     _row("GPUs (nvidia-smi)", bool(gpus), gpus or "none seen (NCCL tests will be skipped)")

@@ -6,7 +6,8 @@
    mpirun for each world size (default 2, 4, 8), same sizes, and prints both all-reduce results
    side by side with the ratio of bus bandwidths (--no-mpi: threads only);
 3. with --plot FILE.png: simulated time vs message size per algorithm, from
-   run_03_collectives --csv (matplotlib when importable; otherwise the table).
+   run_03_collectives --csv, drawn by plot_collectives.py with matplotlib when an interpreter has it;
+   otherwise the table.
 """
 from __future__ import annotations
 
@@ -19,20 +20,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import build, cmake, deps
-from .errors import DistlabError
-from .paths import is_release, rel
-
-def _col(row: dict[str, str], *names: str) -> str | None:
-    low = {k.strip().lower(): v for k, v in row.items() if k}
-    for n in names:
-        if n in low:
-            return low[n]
-    for n in names:
-        for k, v in low.items():
-            if k.startswith(n):
-                return v
-    return None
+from .. import cmake, deps
+from ..errors import DistlabError
+from ..paths import is_release, rel
+from . import build
 
 
 def _read(path: Path) -> list[dict[str, str]]:
@@ -42,36 +33,8 @@ def _read(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-PLOT_SCRIPT = r"""
-import csv, sys, collections
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-rows = list(csv.DictReader(open(sys.argv[1])))
-by = collections.defaultdict(lambda: collections.defaultdict(list))
-p = max(int(r["world_size"]) for r in rows)   # one world size keeps the plot readable
-for r in rows:
-    if int(r["world_size"]) == p:
-        by[r["collective"]][r["algorithm"]].append((int(r["bytes"]), float(r["sim_time_s"])))
-n = len(by)
-cols = min(3, n)
-rows_ = (n + cols - 1) // cols
-fig, axes = plt.subplots(rows_, cols, figsize=(5 * cols, 3.8 * rows_), squeeze=False)
-for ax, (coll, lines) in zip(axes.flat, sorted(by.items())):
-    for label, pts in sorted(lines.items()):
-        pts.sort()
-        ax.plot([q[0] for q in pts], [q[1] * 1e6 for q in pts], marker="o", label=label,
-                linestyle="--" if label == "built-in" else "-", color="black" if label == "built-in" else None,
-                zorder=3 if label == "built-in" else 2)
-    ax.set_xscale("log", base=2); ax.set_yscale("log")
-    ax.set_title(coll); ax.set_xlabel("message size (bytes)"); ax.set_ylabel("simulated time (us)")
-    ax.grid(True, which="both", alpha=0.3); ax.legend(fontsize=7)
-for ax in list(axes.flat)[n:]:
-    ax.axis("off")
-fig.suptitle(f"simulated time vs size per algorithm, {p} ranks (alpha-beta model)")
-fig.tight_layout()
-fig.savefig(sys.argv[2], dpi=120)
-"""
+#: The plot program, run with an interpreter that has matplotlib (the CLI never imports it).
+PLOT_PROGRAM = Path(__file__).with_name("plot_collectives.py")
 
 
 def plot(png: Path) -> int:
@@ -90,7 +53,7 @@ def plot(png: Path) -> int:
         shutil.copyfile(data, kept)
         py = deps.matplotlib_python()
         if py:
-            p = subprocess.run([py, "-c", PLOT_SCRIPT, str(data), str(png)], capture_output=True, text=True)
+            p = subprocess.run([py, str(PLOT_PROGRAM), str(data), str(png)], capture_output=True, text=True)
             if p.returncode == 0:
                 print(f"plot: {png} (data: {kept})")
                 return 0
@@ -110,15 +73,12 @@ def plot(png: Path) -> int:
 def main(a: argparse.Namespace) -> int:
     if a.plot:
         return plot(Path(a.plot).resolve())
-    deps.ensure()
     build_dir = build.ensure_built("default", False, ["distlab_dist"])
     known = cmake.targets(build_dir)
     if "bench_collectives" not in known:
         raise DistlabError("bench_collectives is not part of this kit's build yet (bench/CMakeLists.txt); "
                            "nothing to run")
-    args = list(a.args)
-    if args and args[0] == "--":
-        args = args[1:]
+    args = list(a.args)   # what follows `--` (cli.py took the `--` itself off)
     with_mpi = not a.no_mpi and "--mpi" not in args
     if with_mpi and ("bench_mpi_allreduce" not in known or not shutil.which("mpirun")):
         print("(no Open MPI comparison: Open MPI is not installed or bench_mpi_allreduce is not built; "

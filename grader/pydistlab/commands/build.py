@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import cmake, deps
-from .errors import DistlabError
-from .paths import ROOT, is_release, rel
+from .. import cmake, deps
+from ..errors import DistlabError
+from ..paths import ROOT, is_release, rel
 
 
 def ensure_built(preset: str, solutions: bool, targets: list[str], capture: bool = False) -> Path:

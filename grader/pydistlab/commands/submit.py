@@ -4,9 +4,9 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-from . import manifest as mf
-from .errors import DistlabError
-from .paths import ROOT, rel
+from .. import manifest as mf
+from ..errors import DistlabError
+from ..paths import ROOT, rel
 
 
 def main(output: str, modules: list[str]) -> int:

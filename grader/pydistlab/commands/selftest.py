@@ -13,6 +13,9 @@ Steps (each counts its checks):
   golden     reference outputs reproduce (./distlab golden --check)
   release    ./distlab release writes a repository without solutions and hidden tests
   selftest   the grader's own unittests (grader/selftest) on planted submissions
+  lint       ruff (settings in ruff.toml) on grader/ and the distlab script; ruff is taken from
+             PATH or installed with pip into build/tools/ruff, and the step is skipped, saying
+             why, where neither works
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import contextlib
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,11 +32,14 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from . import cmake, deps, golden, grade, manifest as mf, release, stubs
-from .errors import DistlabError
-from .paths import BUILD, ROOT, is_release, nproc
+from .. import cmake, deps, golden, grade, manifest as mf, stubs, workspace as ws
+from ..errors import DistlabError
+from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
+from ..results import Mode
+from . import release
 
-STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest"]
+STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "lint"]
+RUFF = "ruff==0.17.6"   # installed by the lint step when no ruff is on PATH
 
 
 class Tally:
@@ -63,7 +70,7 @@ def _ctest(build_dir: Path, args: list[str], env: dict[str, str] | None, t: Tall
                "--timeout", "300", "--output-junit", str(junit), *args]
         r = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
                            env=dict(os.environ, **(env or {})))
-        summary = [l for l in r.stdout.splitlines() if "tests passed" in l or "No tests were found" in l]
+        summary = [line for line in r.stdout.splitlines() if "tests passed" in line or "No tests were found" in line]
         print(f"    ctest {label}: {summary[0].strip() if summary else 'status ' + str(r.returncode)}", flush=True)
         if not junit.is_file():
             t.check(False, f"ctest {label} ran", r.stdout[-3000:] + r.stderr[-2000:])
@@ -82,26 +89,20 @@ def _ctest(build_dir: Path, args: list[str], env: dict[str, str] | None, t: Tall
             t.check(not bad, f"ctest {label}: {case.get('name')}", detail)
 
 
-def step_build(t: Tally) -> grade.TreeBuild | None:
+def step_build(t: Tally) -> None:
     t.step("build: configure and build everything with solutions/, run the kit's own tests")
-    man = mf.load()
-    say = grade.Progress(False)
-    lock = grade._lock(BUILD / "grade" / "solutions" / ".lock", say)
-    try:
-        tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
-        grade._configure(tb, tb.build, grade.BASE_CACHE, say)
+    say = ws.Progress(False)
+    with ws.solutions_tree(say) as tb:
+        ws.configure(tb, tb.build, ws.BASE_CACHE, say)
         print(f"    code generation: {cmake.codegen_summary(tb.build)}\n"
               f"    this CPU: {cmake.cpu_summary()}", flush=True)
         r = cmake.build(tb.build, [], capture=True, progress=say)
-        warnings = sorted({l for l in r.output.splitlines() if "warning:" in l})
+        warnings = sorted({line for line in r.output.splitlines() if "warning:" in line})
         print(f"    built in {r.seconds:.0f} s", flush=True)
-        if not t.check(r.ok, "the kit builds with solutions/", grade.first_errors(r.output, str(tb.src) + "/")):
-            return tb
+        if not t.check(r.ok, "the kit builds with solutions/", tb.first_errors(r.output)):
+            return
         t.check(not warnings, "the kit builds warning-free", "\n".join(warnings[:15]))
         _ctest(tb.build, ["-LE", "module"], None, t, "(kit tests)")
-    finally:
-        lock.close()
-    return tb
 
 
 def _fake_dist_targets() -> list[str]:
@@ -111,36 +112,23 @@ def _fake_dist_targets() -> list[str]:
     return sorted(set(names))
 
 
-def _solutions_tree(base: Path, build: str, say: grade.Progress) -> grade.TreeBuild:
-    """The grader's solutions tree under base, brought up to date with this checkout (only changed
-    files are written), with its plain build in base/<build> and its TSan build in base/build-tsan."""
-    man = mf.load()
-    tb = grade.prepare_tree("solutions", grade.solution_overlay(man.order, man), True, say)
-    return grade.TreeBuild(tb.src, base / build, tb.tsan_build)
-
-
 def step_tsan(t: Tally) -> None:
     t.step("tsan: fake_dist's tests under ThreadSanitizer")
     targets = _fake_dist_targets()
     if not targets:
         t.check(False, "fake_dist/tests/CMakeLists.txt defines test executables")
         return
-    say = grade.Progress(False)
-    base = BUILD / "grade" / "solutions"
-    lock = grade._lock(base / ".lock", say)
-    try:
-        tb = _solutions_tree(base, "build", say)
-        grade._configure(tb, tb.tsan_build, grade.TSAN_CACHE, say)
+    say = ws.Progress(False)
+    with ws.solutions_tree(say) as tb:
+        ws.configure(tb, tb.tsan_build, ws.TSAN_CACHE, say)
         known = cmake.targets(tb.tsan_build)
         targets = [x for x in targets if x in known]
-        r = cmake.build(tb.tsan_build, targets, progress=grade.Progress(False))
+        r = cmake.build(tb.tsan_build, targets, progress=say)
         print(f"    built {', '.join(targets)} in {r.seconds:.0f} s", flush=True)
-        if not t.check(r.ok, "fake_dist tests build under TSan", grade.first_errors(r.output, str(tb.src) + "/")):
+        if not t.check(r.ok, "fake_dist tests build under TSan", tb.first_errors(r.output)):
             return
         _ctest(tb.tsan_build, ["-L", "fake_dist"],
                {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1"}, t, "(fake_dist, TSan)")
-    finally:
-        lock.close()
 
 
 def step_nccl(t: Tally) -> None:
@@ -149,29 +137,25 @@ def step_nccl(t: Tally) -> None:
     if not ((cuda / "include" / "nccl.h").exists() or Path("/usr/include/nccl.h").exists()):
         print("    skipped: no CUDA toolkit with NCCL here (nccl.h not found)", flush=True)
         return
-    say = grade.Progress(False)
-    base = BUILD / "grade" / "solutions"
-    lock = grade._lock(base / ".lock", say)
-    try:
-        tb = _solutions_tree(base, "build-nccl", say)
-        cache = dict(grade.BASE_CACHE, DISTLAB_WITH_NCCL="ON")
-        grade._configure(tb, tb.build, cache, say)
-        known = cmake.targets(tb.build)
+    say = ws.Progress(False)
+    with ws.solutions_tree(say) as tb:
+        nccl_build = tb.build.with_name("build-nccl")   # the solutions sources, its own build
+        cache = dict(ws.BASE_CACHE, DISTLAB_WITH_NCCL="ON")
+        ws.configure(tb, nccl_build, cache, say)
+        known = cmake.targets(nccl_build)
         if not t.check("test_dist_nccl" in known, "CMake found CUDA and NCCL (target test_dist_nccl)",
                        "see the 'distlab: NCCL backend' line of the configure output"):
             return
-        r = cmake.build(tb.build, ["test_dist_nccl"], progress=say)
+        r = cmake.build(nccl_build, ["test_dist_nccl"], progress=say)
         print(f"    built test_dist_nccl in {r.seconds:.0f} s", flush=True)
-        if not t.check(r.ok, "the NCCL backend builds", grade.first_errors(r.output, str(tb.src) + "/")):
+        if not t.check(r.ok, "the NCCL backend builds", tb.first_errors(r.output)):
             return
-        _ctest(tb.build, ["-L", "nccl", "-LE", "mpi"], None, t, "(nccl)")
-    finally:
-        lock.close()
+        _ctest(nccl_build, ["-L", "nccl", "-LE", "mpi"], None, t, "(nccl)")
 
 
 def step_solutions(t: Tally) -> None:
     t.step("solutions: ./distlab grade --solutions --hidden (every item full marks)")
-    run = grade.grade([], "solutions", hidden=True, quiet=False)
+    run = grade.grade([], Mode.SOLUTIONS, hidden=True, quiet=False)
     for n in run.notes:
         print(f"    note: {n}")
     if not run.modules:
@@ -187,7 +171,7 @@ def step_solutions(t: Tally) -> None:
 
 def step_stubs(t: Tally) -> None:
     t.step("stubs: ./distlab grade on exercises/ (stubs compile, every item scores zero)")
-    run = grade.grade([], "student", hidden=False, quiet=True)
+    run = grade.grade([], Mode.STUDENT, hidden=False, quiet=True)
     for m in run.modules:
         if not t.check(m.status == "graded", f"stubs of {m.module.name} compile", m.message):
             continue
@@ -219,7 +203,7 @@ def step_golden(t: Tally) -> None:
     with contextlib.redirect_stdout(buf):
         ok, bad = golden.run_generators([], check=True, quiet=True)
     text = buf.getvalue()
-    print("    " + "\n    ".join(l for l in text.splitlines() if l.strip()))
+    print("    " + "\n    ".join(line for line in text.splitlines() if line.strip()))
     for _ in range(ok):
         t.check(True, "golden")
     if bad:
@@ -237,11 +221,18 @@ def step_release(t: Tally) -> None:
         t.check(False, "release runs", str(e))
         return
     t.check(not (out / "solutions").exists(), "release: no solutions/")
-    t.check(not (out / "grader" / "hidden").exists(), "release: no grader/hidden/")
+    t.check(not (out / "grader" / "hidden").exists(), "release: no grader/hidden/ (hidden tests and items)")
+    released = out / "grader" / "manifest.toml"
+    t.check(released.is_file() and released.read_bytes() == MANIFEST.read_bytes(),
+            "release: grader/manifest.toml is the kit's, unchanged")
     try:
-        man = mf.load(out / "grader" / "manifest.toml")
+        man = mf.load(released)
+        kit = mf.load()
         t.check(all(x.tier == "public" for m in man.modules.values() for x in m.tests),
                 "release: the manifest has no hidden tests")
+        t.check({m.name: m.items(False) for m in man.modules.values()} ==
+                {m.name: m.items(False) for m in kit.modules.values()},
+                "release: the public items are the kit's")
     except DistlabError as e:
         t.check(False, "release: the manifest loads", str(e))
     leaks = [str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.suffix in (".cpp", ".hpp", ".h")
@@ -262,14 +253,53 @@ def step_selftest(t: Tally) -> None:
     r = subprocess.run([sys.executable, "-m", "unittest", "discover", "-s", str(ROOT / "grader" / "selftest"),
                         "-v"], capture_output=True, text=True, cwd=ROOT, errors="replace")
     lines = r.stderr.splitlines()
-    results = [l for l in lines if re.search(r" \.\.\. (ok|FAIL|ERROR|skipped.*)$", l)]
-    for l in results:
-        name = l.split(" ... ")[0]
-        t.check(l.endswith(" ok") or " skipped" in l, f"selftest: {name}", "")
-    ran = next((l for l in lines if l.startswith("Ran ")), "")
+    results = [line for line in lines if re.search(r" \.\.\. (ok|FAIL|ERROR|skipped.*)$", line)]
+    for line in results:
+        name = line.split(" ... ")[0]
+        t.check(line.endswith(" ok") or " skipped" in line, f"selftest: {name}", "")
+    ran = next((line for line in lines if line.startswith("Ran ")), "")
     print(f"    {ran}", flush=True)
     if r.returncode != 0:
         t.check(False, "selftest: unittest run succeeded", "\n".join(lines[-60:]))
+
+
+def _ruff() -> tuple[list[str], str]:
+    """(the command that runs ruff, "") or ([], why there is none)."""
+    on_path = shutil.which("ruff")
+    if on_path:
+        return [on_path], ""
+    target = BUILD / "tools" / "ruff"
+    local = target / "bin" / "ruff"
+    if not local.is_file():
+        print(f"    installing {RUFF} into {target.relative_to(ROOT)} (pip)", flush=True)
+        try:
+            r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                                "--target", str(target), RUFF], capture_output=True, text=True, timeout=600,
+                               stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return [], f"pip could not run ({e})"
+        if r.returncode != 0 or not local.is_file():
+            return [], f"`pip install {RUFF}` failed: {(r.stderr or r.stdout).strip()[-300:]}"
+    return [str(local)], ""
+
+
+def step_lint(t: Tally) -> None:
+    t.step("lint: ruff on grader/ and distlab (settings in ruff.toml)")
+    ruff, why = _ruff()
+    if not ruff:
+        print(f"    skipped: no ruff here and it could not be installed: {why}\n"
+              f"    (install it with `python3 -m pip install ruff`, then run ./distlab test --only lint)",
+              flush=True)
+        return
+    r = subprocess.run([*ruff, "check", "--output-format", "concise", "grader", "distlab"], cwd=ROOT,
+                       capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL)
+    problems = [line for line in r.stdout.splitlines() if re.match(r"^\S+:\d+:\d+: ", line)]
+    version = subprocess.run([*ruff, "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"    {version}: {len(problems)} problems", flush=True)
+    for line in problems:
+        t.check(False, f"lint: {line}")
+    if not problems:
+        t.check(r.returncode == 0, "lint: grader/ and distlab are clean", r.stdout[-2000:] + r.stderr[-2000:])
 
 
 def main(a: argparse.Namespace) -> int:
@@ -282,8 +312,9 @@ def main(a: argparse.Namespace) -> int:
     if unknown:
         raise DistlabError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
     t = Tally()
-    steps = {"build": step_build, "tsan": step_tsan, "nccl": step_nccl, "solutions": step_solutions, "stubs": step_stubs,
-             "sync": step_sync, "golden": step_golden, "release": step_release, "selftest": step_selftest}
+    steps = {"build": step_build, "tsan": step_tsan, "nccl": step_nccl, "solutions": step_solutions,
+             "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
+             "selftest": step_selftest, "lint": step_lint}
     for name in STEPS:
         if name not in only:
             continue

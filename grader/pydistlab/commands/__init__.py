@@ -1,0 +1,14 @@
+"""One module per `./distlab` command that is not itself a grading module (cli.py dispatches).
+
+  grade.py            ./distlab grade: mode from the arguments, grade or batch, write the reports
+  build.py            ./distlab build: configure and build with a CMake preset (also used by run, bench)
+  run.py              ./distlab run: build and run a module's program (threads or mpirun)
+  bench.py            ./distlab bench collectives: the benchmarks, and --plot
+  plot_collectives.py the plot program bench --plot runs with an interpreter that has matplotlib
+  doctor.py           ./distlab doctor: what is installed, what is missing
+  submit.py           ./distlab submit: the student's owned files in a zip
+  release.py          ./distlab release: the student repository
+  gradescope_zip.py   ./distlab gradescope-zip: the Gradescope autograder
+  selftest.py         ./distlab test: the kit's self-test
+`./distlab golden` is golden.main; `sync` and `check --stubs` call stubs.py.
+"""

@@ -1,0 +1,82 @@
+"""What a grading run produces: the mode it ran in and the results per item, module and run.
+
+grade.py fills these in; report.py and batch.py read them. This module imports only the manifest,
+so the reports never need the grader itself."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from . import manifest as mf
+
+
+class Mode(enum.StrEnum):
+    """Whose code is graded (grade.py's docstring says what each mode does)."""
+    STUDENT = "student"          # this checkout's exercises/ (the default)
+    SOLUTIONS = "solutions"      # the reference solutions (--solutions)
+    SUBMISSION = "submission"    # a folder or .zip of student files (--submission, --submissions)
+
+    @property
+    def tree_id(self) -> str:
+        """The clean copy under build/grade/ that this mode grades in."""
+        return "exercises" if self is Mode.STUDENT else self.value
+
+
+@dataclass
+class ItemResult:
+    item: mf.TestItem
+    passed: bool
+    reason: str
+    output: str
+    seconds: float
+
+    @property
+    def score(self) -> float:
+        return self.item.points if self.passed else 0.0
+
+
+@dataclass
+class ModuleResult:
+    module: mf.Module
+    status: str = "graded"        # graded | not gradable | blocked
+    message: str = ""             # compiler errors / what blocks
+    notes: list[str] = field(default_factory=list)
+    items: list[ItemResult] = field(default_factory=list)
+    build_seconds: float = 0.0
+    test_seconds: float = 0.0
+    hidden: bool = False
+
+    @property
+    def score(self) -> float:
+        return sum(i.score for i in self.items)
+
+    @property
+    def max_score(self) -> float:
+        return self.module.max_points(self.hidden)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for i in self.items if i.passed)
+
+    @property
+    def failed(self) -> int:
+        return len(self.module.items(self.hidden)) - self.passed
+
+
+@dataclass
+class GradeRun:
+    label: str
+    mode: Mode
+    hidden: bool
+    modules: list[ModuleResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)   # compiler warnings seen while building
+
+    @property
+    def score(self) -> float:
+        return sum(m.score for m in self.modules)
+
+    @property
+    def max_score(self) -> float:
+        return sum(m.max_score for m in self.modules)

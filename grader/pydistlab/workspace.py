@@ -1,0 +1,177 @@
+"""The grader's workspaces: clean copies of the kit under build/grade/<id>/ and their builds.
+
+One workspace is build/grade/<id>/ with
+  src/          the kit's files (solutions/, the self-tests and, unless asked, the hidden tests
+                left out) with an overlay on top: the files under grade, or the reference;
+  build/        its plain build, configured with BASE_CACHE;
+  build-tsan/   its ThreadSanitizer build, configured with TSAN_CACHE;
+  .lock         held while one command uses the workspace (see open_tree).
+Copies are reused: mirroring rewrites only the files whose content changed, so ninja rebuilds only
+what an edit touched. `grade`, `golden` and `test` all work through open_tree(); the solutions
+workspace is shared by `grade --solutions`, `golden` and the self-test.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cmake, manifest as mf, tree
+from .paths import BUILD, ROOT, SOLUTIONS, rel
+
+ERROR_LINES = 25          # compiler error lines kept in a "not gradable" report
+ERROR_CHARS = 3000
+
+BASE_CACHE = {
+    "CMAKE_BUILD_TYPE": "Release",
+    "DISTLAB_ARCH": "portable",   # the same float32 rounding on every x86-64 CPU (docs/build.md)
+    "DISTLAB_IMPL": "exercises",
+    "DISTLAB_BUILD_TESTS": "ON",
+    "DISTLAB_WITH_NCCL": "OFF",
+}
+TSAN_CACHE = dict(BASE_CACHE, CMAKE_BUILD_TYPE="RelWithDebInfo", DISTLAB_SANITIZE="thread",
+                  DISTLAB_ARCH="portable")
+
+
+class Progress:
+    """Prints "[  12.3s] message" lines (nothing when quiet)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.t0 = time.monotonic()
+
+    def __call__(self, msg: str) -> None:
+        if not self.quiet:
+            print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
+
+
+@dataclass
+class TreeBuild:
+    src: Path
+    build: Path
+    tsan_build: Path
+
+    def first_errors(self, output: str) -> str:
+        """first_errors() of a build log of this workspace."""
+        return first_errors(output, str(self.src) + "/")
+
+
+# ---- the clean copy -------------------------------------------------------------------------
+
+def solution_overlay(modules: list[str], man: mf.Manifest) -> dict[str, bytes]:
+    """The reference implementation of each module: every file of solutions/<module>/ put at
+    exercises/<module>/, plus owned files outside exercises/ as the kit has them."""
+    overlay: dict[str, bytes] = {}
+    for name in modules:
+        folder = SOLUTIONS / name
+        if folder.is_dir():
+            for f in sorted(folder.rglob("*")):
+                if f.is_file() and "__pycache__" not in f.parts:
+                    overlay[f"exercises/{name}/{f.relative_to(folder).as_posix()}"] = f.read_bytes()
+        mod = man.modules.get(name)
+        for owned in (mod.owned if mod else []):
+            if not owned.startswith("exercises/") and (ROOT / owned).is_file():
+                overlay[owned] = (ROOT / owned).read_bytes()
+    return overlay
+
+
+def _tree_files(hidden: bool) -> dict[str, Path | bytes]:
+    files: dict[str, Path | bytes] = {}
+    for name in tree.kit_files(ROOT):
+        top = Path(name).parts[0]
+        if top == "solutions":
+            continue
+        if not hidden and name.startswith("grader/hidden/"):
+            continue
+        if name.startswith("grader/selftest/"):
+            continue
+        files[name] = ROOT / name
+    return files
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Holds an exclusive lock on path (waiting, with a message, while another command holds it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another ./distlab grade that uses {rel(path.parent)}", flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+@contextmanager
+def open_tree(tree_id: str, overlay: dict[str, bytes], hidden: bool, say: Progress) -> Iterator[TreeBuild]:
+    """Locks the workspace build/grade/<tree_id>, makes its src/ the kit plus overlay, and yields
+    it; the lock is held until the with-block ends, so keep building and testing inside it."""
+    base = BUILD / "grade" / tree_id
+    with _locked(base / ".lock"):
+        src = base / "src"
+        files = _tree_files(hidden)
+        files.update(overlay)
+        cmake_lists = _cmake_lists(src)
+        written, removed = tree.mirror(files, src)
+        say(f"clean copy {rel(src)}: {written} files written, {removed} removed")
+        if cmake_lists and _cmake_lists(src) != cmake_lists:
+            # A folder with a CMakeLists.txt came or went (grader/hidden/ with and without
+            # --hidden): CMake must look again, and ninja re-runs it only for a changed file.
+            os.utime(src / "CMakeLists.txt")
+        yield TreeBuild(src, base / "build", base / "build-tsan")
+
+
+def _cmake_lists(src: Path) -> set[str]:
+    """The CMakeLists.txt files under src (relative paths)."""
+    return {str(Path(d, "CMakeLists.txt").relative_to(src)) for d, _, names in os.walk(src)
+            if "CMakeLists.txt" in names}
+
+
+@contextmanager
+def solutions_tree(say: Progress, hidden: bool = True) -> Iterator[TreeBuild]:
+    """open_tree() of the solutions workspace: every module is the reference implementation."""
+    man = mf.load()
+    with open_tree("solutions", solution_overlay(man.order, man), hidden, say) as tb:
+        yield tb
+
+
+# ---- building -------------------------------------------------------------------------------
+
+def configure(tb: TreeBuild, build_dir: Path, cache: dict[str, str], say: Progress) -> None:
+    """Configures build_dir (one of tb's builds) from tb.src once; later builds let ninja re-run
+    CMake when a CMakeLists.txt changes. A tree whose cache differs from `cache` (another
+    DISTLAB_ARCH, say) is configured again."""
+    if not cmake.configured(build_dir):
+        say(f"configuring {rel(build_dir)}")
+    cmake.configure(tb.src, build_dir, cache, quiet=True)
+
+
+def first_errors(output: str, strip: str) -> str:
+    """The first compiler errors of a build log, with the clean copy's path removed."""
+    text = output.replace(strip, "")
+    lines = text.splitlines()
+    keep: list[str] = []
+    start = next((i for i, line in enumerate(lines) if re.search(r"\berror\b|undefined reference", line)),
+                 None)
+    if start is None:
+        start = next((i for i, line in enumerate(lines) if "FAILED:" in line),
+                     max(0, len(lines) - ERROR_LINES))
+    # Include the "In file included from / In function" lines right above the first error.
+    while start > 0 and re.match(r"^(In file included|\s+from |.*In (member )?function|.*: In )",
+                                 lines[start - 1]):
+        start -= 1
+    for line in lines[start:]:
+        if line.startswith("[") and "/" in line and "Building" in line:
+            continue
+        if line.startswith("ninja: build stopped"):
+            break
+        keep.append(line)
+        if len(keep) >= ERROR_LINES:
+            break
+    out = "\n".join(keep)
+    return out[:ERROR_CHARS] + ("\n... (more errors)" if len(out) > ERROR_CHARS else "")
