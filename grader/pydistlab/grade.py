@@ -118,8 +118,12 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
 
 # ---- running tests --------------------------------------------------------------------------
 
-def _run_items(jobs: list[tuple[ModuleResult, mf.TestItem, Path, float, dict[str, str], Path]],
-               workers: int, say: ws.Progress, tag: str = "") -> dict[tuple[str, str], runner.Outcome]:
+#: One test process to run: (its module's result, the item, binary, time limit, environment, cwd).
+Job = tuple[ModuleResult, mf.TestItem, Path, float, dict[str, str], Path]
+
+
+def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
+               tag: str = "") -> dict[tuple[str, str], runner.Outcome]:
     out: dict[tuple[str, str], runner.Outcome] = {}
     if not jobs:
         return out
@@ -141,8 +145,8 @@ def _run_items(jobs: list[tuple[ModuleResult, mf.TestItem, Path, float, dict[str
 
 
 def _test_jobs(results: list[ModuleResult], bin_dir: Path, cwd: Path, hidden: bool,
-               factor: float = 1.0, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    jobs = []
+               factor: float = 1.0, env: dict[str, str] | None = None) -> list[Job]:
+    jobs: list[Job] = []
     for res in results:
         for item in res.module.items(hidden):
             jobs.append((res, item, bin_dir / res.module.binary_for(item), item.timeout_s * factor,

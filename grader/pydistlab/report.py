@@ -163,8 +163,8 @@ def print_table(run: GradeRun) -> None:
     print()
     for n in run.notes:
         print(f"note: {n}")
-    for i, r in enumerate(rows):
-        print("  ".join(c.ljust(w) if j in (0, 5) else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
+    for i, row in enumerate(rows):
+        print("  ".join(c.ljust(w) if j in (0, 5) else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
         if i == 0 or i == len(rows) - 2:
             print("  ".join("-" * w for w in widths))
     warnings = sorted(set(run.warnings))
