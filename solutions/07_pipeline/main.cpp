@@ -12,6 +12,7 @@
 // sends and receives, and a counter track of stashed bytes per stage.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <mutex>
@@ -157,6 +158,15 @@ int main(int argc, char** argv) {
       std::vector<pp::ActivationMeter::Sample> abs;
       for (const auto& s : m.memory) abs.push_back({s.t + m.t0, s.bytes});
       memory.push_back(std::move(abs));
+    }
+    double busy_min = r0.busy_s, busy_max = r0.busy_s;
+    for (const auto& m : sim.ranks) {
+      busy_min = std::min(busy_min, m.busy_s);
+      busy_max = std::max(busy_max, m.busy_s);
+    }
+    if (busy_max > 1.05 * busy_min) {
+      std::printf("  the stages are unequal (busiest %.1fx the least busy): the busiest one sets the pace and "
+                  "the others wait, so the bubble is larger than the formula's\n", busy_max / busy_min);
     }
     std::printf("\ntimeline (F<i>: forward of microbatch i, B<i>: backward, '.': idle):\n%s",
                 pp::render_timeline(spans, timeline_columns).c_str());

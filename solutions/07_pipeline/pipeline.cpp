@@ -12,12 +12,6 @@
 #include "distlab/todo.hpp"
 
 namespace pp {
-namespace {
-
-constexpr int kForwardTag = 7;   // activations, stage s -> s+1
-constexpr int kBackwardTag = 8;  // gradients, stage s -> s-1
-
-}  // namespace
 
 // =============================================================================================
 // Task 1: the cut.

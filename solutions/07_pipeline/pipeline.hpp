@@ -147,6 +147,10 @@ class Stage {
 // neighbours both send at the same moment deadlocks: the paired helpers post both directions
 // at once (isend + irecv, then wait on both).
 
+/// The tags of the two directions (so a forward and a backward message are never confused).
+inline constexpr int kForwardTag = 7;   // activations, stage s -> s+1
+inline constexpr int kBackwardTag = 8;  // gradients, stage s -> s-1
+
 /// Task 3.
 void send_forward(const Stage& stage, const Matrix& y);
 void recv_forward(const Stage& stage, Matrix& x, int rows);

@@ -138,15 +138,15 @@ std::string render_timeline(const std::vector<std::vector<Stage::Span>>& spans, 
   const double per_col = end / columns;
   for (std::size_t r = 0; r < spans.size(); ++r) {
     std::string line(static_cast<std::size_t>(columns), '.');
-    for (const auto& s : spans[r]) {
-      auto c0 = static_cast<int>(std::lround(s.t0 / per_col));
-      auto c1 = static_cast<int>(std::lround(s.t1 / per_col));
-      c0 = std::clamp(c0, 0, columns);
-      c1 = std::clamp(c1, c0, columns);
-      for (int c = c0; c < c1; ++c) line[static_cast<std::size_t>(c)] = c + 1 == c1 ? ' ' : (s.name[0] == 'F' ? '-' : '=');
-      for (std::size_t k = 0; k < s.name.size() && c0 + static_cast<int>(k) + 1 < c1; ++k) {
-        line[static_cast<std::size_t>(c0) + k] = s.name[k];
-      }
+    for (const auto& s : spans[r]) {  // [c0, c1): the span's columns, at least one
+      const int c0 = std::clamp(static_cast<int>(std::lround(s.t0 / per_col)), 0, columns - 1);
+      const int c1 = std::clamp(static_cast<int>(std::lround(s.t1 / per_col)), c0 + 1, columns);
+      const int w = c1 - c0;
+      const char fill = s.name[0] == 'F' ? '-' : '=';
+      for (int c = c0; c < c1; ++c) line[static_cast<std::size_t>(c)] = fill;
+      const int label = w >= 3 ? std::min(static_cast<int>(s.name.size()), w - 1) : 1;
+      for (int k = 0; k < label; ++k) line[static_cast<std::size_t>(c0 + k)] = s.name[static_cast<std::size_t>(k)];
+      if (w >= 3) line[static_cast<std::size_t>(c1 - 1)] = ' ';  // a gap between neighbouring blocks
     }
     os << "stage " << r << " |" << line << "|\n";
   }
