@@ -2,7 +2,7 @@
 //
 //   ./distlab run 07_pipeline -- --stages 4 --microbatches 8 --schedule 1f1b
 //   ./distlab run 07_pipeline --solutions -- --schedule gpipe --trace pipe.json
-//   ./distlab run 07_pipeline --solutions -- --sweep        bubble and peak stash vs m, 3 schedules
+//   ./distlab run 07_pipeline --solutions -- --sweep [--csv FILE]   bubble and peak stash vs m
 //
 // Prints rank 0's training log (05's lines: train_loss from the last stage, test_loss of the
 // gathered model on held-out rows, step time = median wall time of a step on rank 0), then one
@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <exception>
 #include <mutex>
+#include <stdexcept>
 
 #include "datasets/loader.hpp"
 #include "distlab/args.hpp"
@@ -50,7 +51,8 @@ Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& 
 }
 
 /// Equal stages (every layer width x width) and free communication: the formulas' setting.
-void sweep(int stages, int width, int layers_per_stage, double gflops) {
+/// With csv_path set, also writes one row per (schedule, m) there.
+void sweep(int stages, int width, int layers_per_stage, double gflops, const std::string& csv_path) {
   pp::PipelineConfig c;
   c.model.n_layers = stages * layers_per_stage;
   c.model.dim_in = c.model.dim_hidden = c.model.n_classes = width;
@@ -68,6 +70,9 @@ void sweep(int stages, int width, int layers_per_stage, double gflops) {
               c.model.batch_size);
   std::printf("%4s | %-28s | %-28s | %-28s\n", "m", "naive  bubble (formula) peak", "gpipe  bubble (formula) peak",
               "1f1b   bubble (formula) peak");
+  std::FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
+  if (!csv_path.empty() && csv == nullptr) throw std::runtime_error("cannot write " + csv_path);
+  if (csv) std::fprintf(csv, "schedule,stages,microbatches,step_s,bubble,bubble_formula,peak_microbatches_stage0,peak_bytes_stage0\n");
   for (int m : {1, 2, 4, 8, 16, 32, 64}) {
     c.microbatches = m;
     std::printf("%4d", m);
@@ -76,8 +81,17 @@ void sweep(int stages, int width, int layers_per_stage, double gflops) {
       const Simulated r = simulate(launch, c, data);
       std::printf(" | %6.4f (%6.4f) %4d        ", r.ranks[0].bubble, pp::formula_bubble(s, stages, m),
                   r.ranks[0].peak_microbatches);
+      if (csv) {
+        std::fprintf(csv, "%s,%d,%d,%.9g,%.6f,%.6f,%d,%lld\n", pp::to_string(s), stages, m, r.ranks[0].step_s,
+                     r.ranks[0].bubble, pp::formula_bubble(s, stages, m), r.ranks[0].peak_microbatches,
+                     static_cast<long long>(r.ranks[0].peak_bytes));
+      }
     }
     std::printf("\n");
+  }
+  if (csv) {
+    std::fclose(csv);
+    std::printf("data: %s\n", csv_path.c_str());
   }
 }
 
@@ -90,6 +104,7 @@ int main(int argc, char** argv) {
   int stages = 0;
   double gflops = 50.0;
   bool do_sweep = false;
+  std::string csv_path;
   int timeline_columns = 96;
   CLI::App app{"07_pipeline: the MLP cut into stages, trained with naive, GPipe or 1F1B schedules"};
   auto launch_flags = distlab::add_launch_options(app);
@@ -107,6 +122,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", c.model.log_every, "steps between log lines")->check(CLI::PositiveNumber);
   app.add_option("--columns", timeline_columns, "width of the text timeline")->check(CLI::Range(20, 1000));
   app.add_flag("--sweep", do_sweep, "print bubble and peak stash vs m for the three schedules instead");
+  app.add_option("--csv", csv_path, "with --sweep: also write the table to this CSV file");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -115,7 +131,7 @@ int main(int argc, char** argv) {
     c.schedule = pp::schedule_from_string(schedule);
     c.cost.flops_per_s = gflops * 1e9;
     if (do_sweep) {
-      sweep(launch.world_size, 64, 2, gflops);
+      sweep(launch.world_size, 64, 2, gflops, csv_path);
       return 0;
     }
     c.validate(launch.world_size);
