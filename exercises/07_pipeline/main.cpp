@@ -181,8 +181,9 @@ int main(int argc, char** argv) {
       busy_max = std::max(busy_max, m.busy_s);
     }
     if (busy_max > 1.05 * busy_min) {
-      std::printf("  the stages are unequal (busiest %.1fx the least busy): the busiest one sets the pace and "
-                  "the others wait, so the bubble is larger than the formula's\n", busy_max / busy_min);
+      std::printf("  the stages are unequal (the busiest computes %.1fx the least busy): it sets the pace and the "
+                  "others wait, which (with the messages' cost) makes the bubble larger than the formula's\n",
+                  busy_max / busy_min);
     }
     std::printf("\ntimeline (F<i>: forward of microbatch i, B<i>: backward, '.': idle):\n%s",
                 pp::render_timeline(spans, timeline_columns).c_str());

@@ -7,6 +7,11 @@
    side by side with the ratio of bus bandwidths (--no-mpi: threads only);
 3. with --plot FILE.png: simulated time vs message size per algorithm, from
    run_03_collectives --csv (matplotlib when importable; otherwise the table).
+
+`./distlab bench pipeline [--plot FILE.png] [ARGS for run_07_pipeline]`: run_07_pipeline --sweep
+(bubble fraction and stage 0's peak stash vs the number of microbatches for the naive, GPipe and
+1F1B schedules, equal stages, on the simulated clock, next to the formulas); with --plot, both
+against m in one figure.
 """
 from __future__ import annotations
 
@@ -107,7 +112,74 @@ def plot(png: Path) -> int:
     return 0
 
 
+PIPELINE_PLOT_SCRIPT = r"""
+import csv, sys, collections
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+rows = list(csv.DictReader(open(sys.argv[1])))
+by = collections.defaultdict(list)
+for r in rows:
+    by[r["schedule"]].append((int(r["microbatches"]), float(r["bubble"]), float(r["bubble_formula"]),
+                              int(r["peak_microbatches_stage0"]), int(r["peak_bytes_stage0"])))
+p = int(rows[0]["stages"])
+fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+marks = {"naive": "s", "gpipe": "o", "1f1b": "x"}
+for name, pts in sorted(by.items()):
+    pts.sort()
+    ms = [q[0] for q in pts]
+    line, = a1.plot(ms, [q[1] for q in pts], marker=marks.get(name, "o"), markersize=8, linestyle="none",
+                    label=f"{name} (measured)")
+    a1.plot(ms, [q[2] for q in pts], color=line.get_color(), alpha=0.6, label=f"{name} (formula)")
+    a2.plot(ms, [q[4] / 1024 for q in pts], marker=marks.get(name, "o"), color=line.get_color(), label=name)
+a1.set_xscale("log", base=2); a1.set_xlabel("microbatches m"); a1.set_ylabel("bubble fraction")
+a1.set_title(f"bubble, {p} equal stages: (p-1)/p and (p-1)/(m+p-1)"); a1.grid(True, alpha=0.3)
+a1.legend(fontsize=7)
+a2.set_xscale("log", base=2); a2.set_xlabel("microbatches m"); a2.set_ylabel("peak stash on stage 0 (KiB)")
+a2.set_title("peak stashed activations, stage 0"); a2.grid(True, alpha=0.3); a2.legend(fontsize=7)
+fig.tight_layout()
+fig.savefig(sys.argv[2], dpi=120)
+"""
+
+
+def pipeline(a: argparse.Namespace) -> int:
+    """run_07_pipeline --sweep (the student's build in a student repository, else the reference)."""
+    solutions = not is_release()
+    build_dir = build.ensure_built("default", solutions, ["run_07_pipeline"])
+    exe = build_dir / "bin" / "run_07_pipeline"
+    if not exe.is_file():
+        raise DistlabError(f"{rel(exe)} does not exist yet: the 07_pipeline program is needed")
+    args = list(a.args)
+    if args and args[0] == "--":
+        args = args[1:]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "pipeline.csv"
+        cmd = [str(exe), "--sweep", "--csv", str(data), *args]
+        print("$ " + " ".join(cmd), flush=True)
+        r = subprocess.run(cmd)
+        if r.returncode != 0 or not data.is_file():
+            raise DistlabError(f"run_07_pipeline --sweep failed (status {r.returncode}; its message is above)")
+        if not a.plot:
+            return 0
+        png = Path(a.plot).resolve()
+        kept = png.with_suffix(".csv")
+        shutil.copyfile(data, kept)
+        py = deps.matplotlib_python()
+        if not py:
+            print("matplotlib is not installed, so no plot (sudo apt-get install -y python3-matplotlib); "
+                  f"the table is above, the data in {kept}")
+            return 0
+        p = subprocess.run([py, "-c", PIPELINE_PLOT_SCRIPT, str(data), str(png)], capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"matplotlib failed: {p.stderr[-1000:]}")
+            return 1
+        print(f"plot: {png} (data: {kept})")
+    return 0
+
+
 def main(a: argparse.Namespace) -> int:
+    if a.what == "pipeline":
+        return pipeline(a)
     if a.plot:
         return plot(Path(a.plot).resolve())
     deps.ensure()
