@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <stdexcept>
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
   try {
     dist::LaunchOptions launch = launch_flags->resolve();
     if (stages > 0) launch.world_size = stages;
+    if (const char* job = std::getenv("OMPI_COMM_WORLD_SIZE")) launch.world_size = std::atoi(job);  // mpirun's size wins
     c.schedule = pp::schedule_from_string(schedule);
     c.cost.flops_per_s = gflops * 1e9;
     if (do_sweep) {
@@ -139,8 +141,11 @@ int main(int argc, char** argv) {
     const std::string trace = launch.trace_path;
     launch.trace_path.clear();  // the trace covers the simulated step only
     const datasets::Split data = mlp::make_data(c.model);
-    std::printf("%sstages = %d\nmicrobatches = %d\nschedule = %s\n\n", mlp::describe(c.model).c_str(), p,
-                c.microbatches, pp::to_string(c.schedule));
+    const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");  // under mpirun: print from rank 0 only
+    if (mpi_rank == nullptr || std::string(mpi_rank) == "0") {
+      std::printf("%sstages = %d\nmicrobatches = %d\nschedule = %s\n\n", mlp::describe(c.model).c_str(), p,
+                  c.microbatches, pp::to_string(c.schedule));
+    }
     std::fflush(stdout);
     dist::launch(launch, [&] {
       pp::train_pipeline(c, data, [](const mlp::LogLine& l) {
