@@ -114,10 +114,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--hostfile", default=None, help="mpirun --hostfile")
     r.set_defaults(passthrough=True)
 
-    be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives [--plot FILE.png] [ARGS]")
-    be.add_argument("what", choices=["collectives"])
+    be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives|pipeline [--plot FILE.png] [ARGS]")
+    be.add_argument("what", choices=["collectives", "pipeline"])
     be.add_argument("--plot", default=None, metavar="FILE.png",
-                    help="plot simulated time vs size per algorithm (from run_03_collectives --csv)")
+                    help="collectives: simulated time vs size per algorithm (from run_03_collectives --csv); "
+                         "pipeline: bubble fraction and peak stash vs microbatches per schedule "
+                         "(from run_07_pipeline --sweep --csv)")
     be.add_argument("--no-mpi", action="store_true", help="skip the Open MPI comparison")
     be.set_defaults(passthrough=True)
 

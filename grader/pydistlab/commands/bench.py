@@ -8,6 +8,11 @@
 3. with --plot FILE.png: simulated time vs message size per algorithm, from
    run_03_collectives --csv, drawn by plot_collectives.py with matplotlib when an interpreter has it;
    otherwise the table.
+
+`./distlab bench pipeline [--plot FILE.png] [ARGS for run_07_pipeline]`: run_07_pipeline --sweep
+(bubble fraction and stage 0's peak stash vs the number of microbatches for the naive, GPipe and
+1F1B schedules, equal stages, on the simulated clock, next to the formulas); with --plot, both
+against m in one figure, drawn by plot_pipeline.py.
 """
 from __future__ import annotations
 
@@ -70,7 +75,47 @@ def plot(png: Path) -> int:
     return 0
 
 
+PIPELINE_PLOT_PROGRAM = Path(__file__).with_name("plot_pipeline.py")
+
+
+def pipeline(a: argparse.Namespace) -> int:
+    """run_07_pipeline --sweep (the student's build in a student repository, else the reference)."""
+    solutions = not is_release()
+    build_dir = build.ensure_built("default", solutions, ["run_07_pipeline"])
+    exe = build_dir / "bin" / "run_07_pipeline"
+    if not exe.is_file():
+        raise DistlabError(f"{rel(exe)} does not exist yet: the 07_pipeline program is needed")
+    args = list(a.args)
+    if args and args[0] == "--":
+        args = args[1:]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "pipeline.csv"
+        cmd = [str(exe), "--sweep", "--csv", str(data), *args]
+        print("$ " + " ".join(cmd), flush=True)
+        r = subprocess.run(cmd)
+        if r.returncode != 0 or not data.is_file():
+            raise DistlabError(f"run_07_pipeline --sweep failed (status {r.returncode}; its message is above)")
+        if not a.plot:
+            return 0
+        png = Path(a.plot).resolve()
+        kept = png.with_suffix(".csv")
+        shutil.copyfile(data, kept)
+        py = deps.matplotlib_python()
+        if not py:
+            print("matplotlib is not installed, so no plot (sudo apt-get install -y python3-matplotlib); "
+                  f"the table is above, the data in {kept}")
+            return 0
+        p = subprocess.run([py, str(PIPELINE_PLOT_PROGRAM), str(data), str(png)], capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"matplotlib failed: {p.stderr[-1000:]}")
+            return 1
+        print(f"plot: {png} (data: {kept})")
+    return 0
+
+
 def main(a: argparse.Namespace) -> int:
+    if a.what == "pipeline":
+        return pipeline(a)
     if a.plot:
         return plot(Path(a.plot).resolve())
     build_dir = build.ensure_built("default", False, ["distlab_dist"])

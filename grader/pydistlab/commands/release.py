@@ -1,7 +1,8 @@
 """`./distlab release OUT`: the student repository (no solutions/, no hidden tests).
 
-What is left out: solutions/, grader/hidden/ (the hidden tests and their items.toml), the grader's
-own self-tests and the Gradescope autograder; every other file, grader/manifest.toml included, is
+What is left out: solutions/, grader/hidden/ (the hidden tests and their items.toml), the mutants
+of the reference (grader/mutants/: solutions with one planted mistake each), the grader's own
+self-tests and the Gradescope autograder; every other file, grader/manifest.toml included, is
 copied unchanged. The result builds and grades on its own (./distlab grade there grades the stubs
 to zero)."""
 from __future__ import annotations
@@ -13,7 +14,7 @@ from .. import manifest as mf, stubs, tree
 from ..errors import DistlabError
 from ..paths import CXX_EXTENSIONS, ROOT, is_release
 
-LEFT_OUT = ("solutions/", "grader/hidden/", "grader/selftest/", "grader/gradescope/")
+LEFT_OUT = ("solutions/", "grader/hidden/", "grader/mutants/", "grader/selftest/", "grader/gradescope/")
 
 
 def release_files() -> dict[str, Path | bytes]:

@@ -1,0 +1,235 @@
+// 07_pipeline: your TODOs, in the order of README.md's tasks. The given parts (the shard helper,
+// Stage's construction, its cost, stash and gradient bookkeeping) are at the end.
+#include "pipeline.hpp"
+
+#include <algorithm>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "dist/eigen.hpp"
+#include "distlab/todo.hpp"
+
+namespace pp {
+
+// =============================================================================================
+// Task 1: the cut.
+
+Range stage_layers(int n_layers, int stages, int stage) {
+  if (stages < 1 || stages > n_layers || stage < 0 || stage >= stages) {
+    throw std::invalid_argument("stage_layers(n_layers=" + std::to_string(n_layers) + ", stages=" +
+                                std::to_string(stages) + ", stage=" + std::to_string(stage) +
+                                "): need 1 <= stages <= n_layers and 0 <= stage < stages");
+  }
+  DISTLAB_TODO("the near-equal consecutive split of [0, n_layers) into `stages` parts, earlier stages larger (README: Task 1)");
+}
+
+// =============================================================================================
+// Task 2: a stage's forward and backward, through 05's building blocks.
+
+const Matrix& Stage::forward(const Matrix& x, int microbatch) {
+  if (x.cols() != in_features()) {
+    throw std::invalid_argument("Stage::forward: stage " + std::to_string(stage_) + " expects " +
+                                std::to_string(in_features()) + " input features, got " +
+                                std::to_string(x.cols()));
+  }
+  DISTLAB_TODO("charge the forward, run this stage's layers keeping input, z and h in a Stash, set out_ to the stage's output, stash_push it (README: Task 2)");
+  return out_;
+}
+
+void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
+  if (dy.cols() != out_features()) {
+    throw std::invalid_argument("Stage::backward: stage " + std::to_string(stage_) + " expects a " +
+                                "gradient of " + std::to_string(out_features()) + " features, got " +
+                                std::to_string(dy.cols()));
+  }
+  DISTLAB_TODO("charge the backward, pop the microbatch's stash, walk the layers from the last: activation backward, accumulate the weight gradient, input gradient; dx only when not the first stage (README: Task 2)");
+}
+
+// =============================================================================================
+// Task 3: the communication helpers.
+
+void send_forward(const Stage& stage, const Matrix& y) {
+  DISTLAB_TODO("unless this is the last stage, send y to the next stage (README: Task 3)");
+}
+
+void recv_forward(const Stage& stage, Matrix& x, int rows) {
+  DISTLAB_TODO("unless this is the first stage, resize x to rows x in_features() and receive it from the previous stage (README: Task 3)");
+}
+
+void send_backward(const Stage& stage, const Matrix& dx) {
+  DISTLAB_TODO("unless this is the first stage, send dx to the previous stage (README: Task 3)");
+}
+
+void recv_backward(const Stage& stage, Matrix& dy, int rows) {
+  DISTLAB_TODO("unless this is the last stage, resize dy to rows x out_features() and receive it from the next stage (README: Task 3)");
+}
+
+void send_forward_recv_backward(const Stage& stage, const Matrix& y, Matrix& dy, int rows) {
+  DISTLAB_TODO("unless this is the last stage, have the send of y and the receive of dy in flight together, then wait for both (README: Task 3)");
+}
+
+void send_backward_recv_forward(const Stage& stage, const Matrix& dx, Matrix& x, int rows) {
+  DISTLAB_TODO("unless this is the first stage, have the send of dx and the receive of x in flight together, then wait for both (README: Task 3)");
+}
+
+// =============================================================================================
+// Task 4: one microbatch forward and backward, with the loss on the last stage.
+
+const Matrix& forward_step(Stage& stage, const Batch& batch, int i, StepState& st) {
+  const Matrix* out = &st.x;
+  DISTLAB_TODO("stage 0 slices its microbatch out of the batch; forward; the last stage adds the microbatch's weighted loss and queues its weighted dlogits (README: Task 4)");
+  return *out;
+}
+
+const Matrix& backward_step(Stage& stage, const Batch& batch, int i, StepState& st) {
+  DISTLAB_TODO("take the microbatch's output gradient (received, or the oldest queued dlogits on the last stage) and run the stage's backward into st.dx (README: Task 4)");
+  return st.dx;
+}
+
+// =============================================================================================
+// Task 5: the 1F1B phase counts.
+
+OneFOneBPlan one_f_one_b_plan(int stages, int stage, int microbatches) {
+  DISTLAB_TODO("the warm-up, steady and cool-down counts of stage `stage` (README: Task 5)");
+}
+
+// =============================================================================================
+// Task 6: the schedules.
+
+void run_naive(Stage& stage, const Batch& batch, StepState& st) {
+  DISTLAB_TODO("the whole batch as one microbatch: receive, forward, send on; then receive the gradient, backward, send it back (README: Task 6)");
+}
+
+void run_gpipe(Stage& stage, const Batch& batch, StepState& st) {
+  DISTLAB_TODO("every microbatch's forward (receive, forward, send) in order, then every microbatch's backward in the same order (README: Task 6)");
+}
+
+void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
+  DISTLAB_TODO("the plan's warm-up forwards, then the steady 1F1B loop with the paired helpers, then the cool-down backwards (README: Task 6)");
+}
+
+// =============================================================================================
+// Task 7: the training step.
+
+double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
+  StepState st;
+  DISTLAB_TODO("zero the gradients, run the chosen schedule, take one optimizer step (README: Task 7)");
+  return stage.is_last() ? st.loss : 0.0;
+}
+
+// =============================================================================================
+// Given code.
+
+const char* to_string(Schedule s) {
+  switch (s) {
+    case Schedule::Naive: return "naive";
+    case Schedule::GPipe: return "gpipe";
+    case Schedule::OneFOneB: return "1f1b";
+  }
+  return "?";
+}
+
+Schedule schedule_from_string(const std::string& name) {
+  if (name == "naive") return Schedule::Naive;
+  if (name == "gpipe") return Schedule::GPipe;
+  if (name == "1f1b") return Schedule::OneFOneB;
+  throw std::invalid_argument("unknown schedule '" + name + "': use naive, gpipe or 1f1b");
+}
+
+Range shard_range(int n, int parts, int index) {
+  if (n < 0 || parts < 1 || index < 0 || index >= parts) {
+    throw std::invalid_argument("shard_range(n=" + std::to_string(n) + ", parts=" +
+                                std::to_string(parts) + ", index=" + std::to_string(index) +
+                                "): need n >= 0, parts >= 1 and 0 <= index < parts");
+  }
+  const int base = n / parts;
+  const int extra = n % parts;
+  return Range{index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+std::int64_t Stash::bytes() const {
+  std::int64_t n = input.size();
+  for (const Matrix& m : z) n += m.size();
+  for (const Matrix& m : h) n += m.size();
+  return n * static_cast<std::int64_t>(sizeof(float));
+}
+
+Stage::Stage(const mlp::Config& config, std::uint64_t seed, int stage, int stages, CostModel cost)
+    : config_(config), stage_(stage), stages_(stages), cost_(cost) {
+  config_.validate();
+  layers_ = stage_layers(config_.n_layers, stages, stage);
+  if (layers_.size < 1) {
+    throw std::invalid_argument("Stage: stage " + std::to_string(stage) + " of " +
+                                std::to_string(stages) + " got no layers");
+  }
+  mlp::MLP whole(config_, seed);
+  const auto params = whole.parameters();
+  for (int k = 0; k < layers_.size; ++k) {
+    weights_.push_back(*params.at(static_cast<std::size_t>(layers_.begin + k)));
+  }
+  zero_grad();
+}
+
+void Stage::zero_grad() {
+  for (mlp::Parameter& p : weights_) p.grad.setZero(p.value.rows(), p.value.cols());
+}
+
+std::vector<mlp::Parameter*> Stage::parameters() {
+  std::vector<mlp::Parameter*> out;
+  for (auto& p : weights_) out.push_back(&p);
+  return out;
+}
+
+std::vector<const mlp::Parameter*> Stage::parameters() const {
+  std::vector<const mlp::Parameter*> out;
+  for (const auto& p : weights_) out.push_back(&p);
+  return out;
+}
+
+void Stage::charge_forward(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.forward_seconds(config_, l, rows);
+  std::string name(1, 'F');
+  name += std::to_string(microbatch);
+  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
+  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
+  spans_.push_back({name, t0, t0 + s});
+  busy_s_ += s;
+}
+
+void Stage::charge_backward(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
+  std::string name(1, 'B');
+  name += std::to_string(microbatch);
+  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
+  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
+  spans_.push_back({name, t0, t0 + s});
+  busy_s_ += s;
+}
+
+void Stage::stash_push(int microbatch, Stash stash) {
+  const std::int64_t bytes = stash.bytes();
+  if (!stash_.emplace(microbatch, std::move(stash)).second) {
+    throw std::logic_error("Stage::stash_push: stage " + std::to_string(stage_) +
+                           " already holds the stash of microbatch " + std::to_string(microbatch));
+  }
+  meter_.add(bytes);
+}
+
+Stash Stage::stash_pop(int microbatch) {
+  auto it = stash_.find(microbatch);
+  if (it == stash_.end()) {
+    throw std::logic_error("Stage::stash_pop: stage " + std::to_string(stage_) +
+                           " has no stash for microbatch " + std::to_string(microbatch) +
+                           " (backward before its forward?)");
+  }
+  Stash s = std::move(it->second);
+  stash_.erase(it);
+  meter_.remove(s.bytes());
+  return s;
+}
+
+}  // namespace pp

@@ -1,0 +1,183 @@
+#include "train.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+
+#include "datasets/loader.hpp"
+#include "dist/eigen.hpp"
+#include "distlab/timing.hpp"
+
+namespace pp {
+namespace {
+
+constexpr int kGatherTag = 90;  // weights and the loss to rank 0 (outside the measured steps)
+
+}  // namespace
+
+void PipelineConfig::validate(int stages) const {
+  model.validate();
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw std::invalid_argument("config: " + msg);
+  };
+  need(stages >= 1 && stages <= model.n_layers,
+       "stages (" + std::to_string(stages) + ") must be in [1, n_layers = " +
+           std::to_string(model.n_layers) + "]: every stage needs a layer");
+  need(microbatches >= 1 && microbatches <= model.batch_size,
+       "microbatches must be in [1, batch_size = " + std::to_string(model.batch_size) + "]");
+  need(cost.flops_per_s > 0, "the cost model's flops_per_s must be > 0");
+}
+
+StepMeasure measured_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
+  StepMeasure m;
+  dist::barrier();
+  dist::reset_stats();
+  stage.clear_spans();
+  stage.meter().reset_peak();
+  m.t0 = dist::sim_time();
+  m.loss = train_step(stage, opt, batch, schedule);
+  m.stats = dist::stats();
+  dist::barrier();  // every clock becomes the latest finish
+  m.step_s = dist::sim_time() - m.t0;
+  m.busy_s = stage.busy_seconds();
+  m.peak_microbatches = stage.meter().peak_microbatches();
+  m.peak_bytes = stage.meter().peak_bytes();
+  for (const Stage::Span& s : stage.spans()) m.spans.push_back({s.name, s.t0 - m.t0, s.t1 - m.t0});
+  for (const ActivationMeter::Sample& s : stage.meter().samples()) m.memory.push_back({s.t - m.t0, s.bytes});
+  double busy = m.busy_s;
+  dist::all_reduce(std::span<double>(&busy, 1), dist::ReduceOp::Sum);
+  const double capacity = static_cast<double>(dist::world_size()) * m.step_s;
+  m.bubble = capacity > 0 ? 1.0 - busy / capacity : 0.0;
+  return m;
+}
+
+double formula_step_seconds(Schedule s, int stages, int microbatches, double tf, double tb) {
+  const int m = s == Schedule::Naive ? 1 : microbatches;
+  return static_cast<double>(m + stages - 1) * (tf + tb);
+}
+
+double formula_bubble(Schedule s, int stages, int microbatches) {
+  const int m = s == Schedule::Naive ? 1 : microbatches;
+  return static_cast<double>(stages - 1) / static_cast<double>(m + stages - 1);
+}
+
+void gather_weights(const Stage& stage, mlp::MLP* model_on_rank0) {
+  const int rank = dist::rank(), p = dist::world_size();
+  if (rank != 0) {
+    for (const mlp::Parameter* w : stage.parameters()) dist::send(dist::as_span(w->value), 0, kGatherTag);
+    return;
+  }
+  if (model_on_rank0 == nullptr) throw std::invalid_argument("gather_weights: rank 0 needs a model");
+  const auto dst = model_on_rank0->parameters();
+  const auto mine = stage.parameters();
+  for (std::size_t k = 0; k < mine.size(); ++k) dst.at(k)->value = mine[k]->value;
+  for (int r = 1; r < p; ++r) {
+    const Range layers = stage_layers(stage.config().n_layers, p, r);
+    for (int l = layers.begin; l < layers.end(); ++l) {
+      dist::recv(dist::as_span(dst.at(static_cast<std::size_t>(l))->value), r, kGatherTag);
+    }
+  }
+}
+
+std::vector<mlp::LogLine> train_pipeline(const PipelineConfig& c, const datasets::Split& data,
+                                         const std::function<void(const mlp::LogLine&)>& out) {
+  const int rank = dist::rank(), p = dist::world_size();
+  c.validate(p);
+  Eigen::setNbThreads(1);
+  const mlp::Config& mc = c.model;
+  Stage stage(mc, mc.seed + 2, rank, p, c.cost);
+  mlp::SGD opt(stage.parameters(), mc.learning_rate);
+  const datasets::BatchLoader loader(data.train, mc.batch_size, mc.seed + 3);
+  std::unique_ptr<mlp::MLP> whole;
+  if (rank == 0) whole = std::make_unique<mlp::MLP>(mc, mc.seed + 2);
+  Matrix x;
+  Labels y;
+  std::vector<mlp::LogLine> log;
+  std::vector<double> times;
+  double loss_sum = 0;
+  int loss_count = 0;
+  for (int step = 0; step < mc.niters; ++step) {
+    loader.load(step, x, y);
+    const Batch batch{x, y, c.microbatches};
+    distlab::Stopwatch sw;
+    loss_sum += train_step(stage, opt, batch, c.schedule);
+    times.push_back(sw.elapsed_ms());
+    ++loss_count;
+    if (step % mc.log_every == 0 || step == mc.niters - 1) {
+      double mean = loss_sum / loss_count;
+      if (p > 1 && stage.is_last()) dist::send(std::span<const double>(&mean, 1), 0, kGatherTag + 1);
+      if (p > 1 && rank == 0) dist::recv(std::span<double>(&mean, 1), p - 1, kGatherTag + 1);
+      gather_weights(stage, whole.get());
+      if (rank == 0) {
+        mlp::LogLine line{step, static_cast<float>(mean), mlp::evaluate_loss(*whole, data.test),
+                          distlab::median(times)};
+        if (out) out(line);
+        log.push_back(line);
+      }
+      times.clear();
+      loss_sum = 0;
+      loss_count = 0;
+    }
+  }
+  return log;
+}
+
+std::string render_timeline(const std::vector<std::vector<Stage::Span>>& spans, int columns) {
+  double end = 0;
+  for (const auto& row : spans) {
+    for (const auto& s : row) end = std::max(end, s.t1);
+  }
+  std::ostringstream os;
+  if (end <= 0) return "(no compute spans)\n";
+  const double per_col = end / columns;
+  for (std::size_t r = 0; r < spans.size(); ++r) {
+    std::string line(static_cast<std::size_t>(columns), '.');
+    for (const auto& s : spans[r]) {  // [c0, c1): the span's columns, at least one
+      const int c0 = std::clamp(static_cast<int>(std::lround(s.t0 / per_col)), 0, columns - 1);
+      const int c1 = std::clamp(static_cast<int>(std::lround(s.t1 / per_col)), c0 + 1, columns);
+      const int w = c1 - c0;
+      const char fill = s.name[0] == 'F' ? '-' : '=';
+      for (int c = c0; c < c1; ++c) line[static_cast<std::size_t>(c)] = fill;
+      const int label = w >= 3 ? std::min(static_cast<int>(s.name.size()), w - 1) : 1;
+      for (int k = 0; k < label; ++k) line[static_cast<std::size_t>(c0 + k)] = s.name[static_cast<std::size_t>(k)];
+      if (w >= 3) line[static_cast<std::size_t>(c1 - 1)] = ' ';  // a gap between neighbouring blocks
+    }
+    os << "stage " << r << " |" << line << "|\n";
+  }
+  os << "         0" << std::string(static_cast<std::size_t>(std::max(0, columns - 12)), ' ')
+     << std::fixed;
+  os.precision(3);
+  os << end * 1e3 << " ms\n";
+  return os.str();
+}
+
+void add_memory_counters(const std::string& trace_path,
+                         const std::vector<std::vector<ActivationMeter::Sample>>& memory) {
+  nlohmann::json doc;
+  {
+    std::ifstream in(trace_path);
+    if (!in) throw std::runtime_error("cannot read the trace '" + trace_path + "'");
+    in >> doc;
+  }
+  auto& events = doc["traceEvents"];
+  for (std::size_t s = 0; s < memory.size(); ++s) {
+    const std::string name = "stashed bytes, stage " + std::to_string(s);
+    events.push_back({{"name", name}, {"ph", "C"}, {"pid", 0}, {"tid", s}, {"ts", 0.0},
+                      {"args", {{"bytes", 0}}}});
+    for (const auto& sample : memory[s]) {
+      events.push_back({{"name", name}, {"ph", "C"}, {"pid", 0}, {"tid", s}, {"ts", sample.t * 1e6},
+                        {"args", {{"bytes", sample.bytes}}}});
+    }
+  }
+  std::ofstream f(trace_path);
+  f << doc.dump() << "\n";
+  if (!f) throw std::runtime_error("writing the trace '" + trace_path + "' failed");
+}
+
+}  // namespace pp

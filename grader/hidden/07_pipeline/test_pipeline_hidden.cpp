@@ -1,0 +1,130 @@
+// 07_pipeline hidden tests: the public checks at other stage counts, microbatch counts and layer
+// counts; ReLU; microbatches of unequal sizes (a batch of 15 rows in 4 microbatches: 4, 4, 4, 3
+// rows, each loss gradient weighted by its rows / 15); three steps in a row.
+#include <gtest/gtest.h>
+
+#include "pipeline_harness.hpp"
+
+namespace {
+
+using pp::Schedule;
+using namespace pptest;
+
+void values(Schedule s) {
+  struct Case {
+    int layers, batch, p;
+    mlp::Activation act;
+  };
+  const Case cases[] = {{7, 15, 3, mlp::Activation::ReLU}, {7, 15, 5, mlp::Activation::Tanh},
+                        {6, 12, 6, mlp::Activation::ReLU}, {9, 16, 4, mlp::Activation::Tanh}};
+  for (const Case& k : cases) {
+    const mlp::Config c = tiny_config(k.layers, k.batch, k.act);
+    const Reference ref = single_process(c, 3);
+    for (int m : {1, 4, 7, 12}) {
+      if (m > k.batch) continue;
+      const PipelineRun run = run_pipeline(c, k.p, m, s, 3);
+      expect_values(run, c, ref, 0, k.p, std::string(pp::to_string(s)) + ": " + config_name(c) + ", p=" +
+                                             std::to_string(k.p) + ", m=" + std::to_string(m));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(HiddenValues, Naive) { values(Schedule::Naive); }
+TEST(HiddenValues, GPipe) { values(Schedule::GPipe); }
+TEST(HiddenValues, OneFOneB) { values(Schedule::OneFOneB); }
+
+void traffic(Schedule s) {
+  const mlp::Config c = tiny_config(7, 15);
+  for (int p : {5, 6}) {
+    for (int m : {4, 7}) {
+      const PipelineRun run = run_pipeline(c, p, m, s, 2);
+      ASSERT_TRUE(run.ok) << run.error;
+      const std::uint64_t msgs = s == Schedule::Naive ? 1u : static_cast<std::uint64_t>(m);
+      for (int r = 0; r < p; ++r) {
+        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) + ", m=" + std::to_string(m) +
+                     ", stage " + std::to_string(r));
+        const dist::Stats& st = run.ranks[static_cast<std::size_t>(r)].stats;
+        const auto [begin, end] = expected_layers(c.n_layers, p, r);
+        const std::uint64_t total = 4ull * 15ull *
+            static_cast<std::uint64_t>((r + 1 < p ? c.layer_out(end - 1) : 0) + (r > 0 ? c.layer_in(begin) : 0));
+        const std::uint64_t want_msgs = msgs * static_cast<std::uint64_t>((r + 1 < p) + (r > 0));
+        EXPECT_EQ(st.messages_sent, want_msgs);
+        EXPECT_EQ(st.messages_received, want_msgs);
+        EXPECT_EQ(st.bytes_sent, total);
+        EXPECT_EQ(st.bytes_received, total);
+        EXPECT_EQ(st.builtin_collectives, 0u);
+        for (int q = 0; q < p; ++q) {
+          if (q == r - 1 || q == r + 1) continue;
+          EXPECT_EQ(st.messages_sent_to[static_cast<std::size_t>(q)], 0u) << "not a neighbour: rank " << q;
+          EXPECT_EQ(st.messages_received_from[static_cast<std::size_t>(q)], 0u) << "not a neighbour: rank " << q;
+        }
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(HiddenTraffic, Naive) { traffic(Schedule::Naive); }
+TEST(HiddenTraffic, GPipe) { traffic(Schedule::GPipe); }
+TEST(HiddenTraffic, OneFOneB) { traffic(Schedule::OneFOneB); }
+
+void simulated_time(Schedule s) {
+  const int width = 8, lps = 2;
+  const double flops = 2e9;
+  for (int p : {5, 6}) {
+    for (int m : {5, 10, 12}) {
+      const int batch = 120;
+      const mlp::Config c = equal_config(p * lps, width, batch);
+      const PipelineRun run = run_pipeline(c, p, m, s, 2, free_network(), flops);
+      ASSERT_TRUE(run.ok) << run.error;
+      const int mm = s == Schedule::Naive ? 1 : m;
+      const double tf = lps * 2.0 * (static_cast<double>(batch) / mm) * width * width / flops;
+      const double want_step = (mm + p - 1) * 3 * tf;
+      const double want_bubble = static_cast<double>(p - 1) / (mm + p - 1);
+      const double step = run.ranks[static_cast<std::size_t>(p - 1)].step_s;
+      const double bubble = 1.0 - mm * 3 * tf / step;
+      SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) + ", m=" + std::to_string(m));
+      EXPECT_NEAR(step, want_step, 0.01 * want_step) << "simulated step time (s)";
+      EXPECT_NEAR(bubble, want_bubble, 0.01 * want_bubble) << "bubble fraction";
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(HiddenSimulatedTime, Naive) { simulated_time(Schedule::Naive); }
+TEST(HiddenSimulatedTime, GPipe) { simulated_time(Schedule::GPipe); }
+TEST(HiddenSimulatedTime, OneFOneB) { simulated_time(Schedule::OneFOneB); }
+
+void memory(Schedule s) {
+  const mlp::Config c = tiny_config(7, 20);
+  for (int p : {5, 6, 7}) {
+    for (int m : {2, 5, 10}) {
+      const PipelineRun run = run_pipeline(c, p, m, s, 2);
+      ASSERT_TRUE(run.ok) << run.error;
+      for (int r = 0; r < p; ++r) {
+        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) + ", m=" + std::to_string(m) +
+                     ", stage " + std::to_string(r));
+        const RankRecord& rec = run.ranks[static_cast<std::size_t>(r)];
+        const auto [begin, end] = expected_layers(c.n_layers, p, r);
+        const std::int64_t per_mb = (c.batch_size / m) * stash_bytes_per_row(c, begin, end);
+        EXPECT_EQ(rec.stash_after, 0);
+        if (s == Schedule::GPipe) {
+          EXPECT_EQ(rec.peak_microbatches, m);
+          EXPECT_EQ(rec.peak_bytes, m * per_mb);
+        } else if (s == Schedule::OneFOneB) {
+          EXPECT_LE(rec.peak_microbatches, std::min(p - r, m));
+          EXPECT_LE(rec.peak_bytes, std::min(p - r, m) * per_mb);
+        } else {
+          EXPECT_EQ(rec.peak_microbatches, 1);
+        }
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(HiddenMemory, GPipe) { memory(Schedule::GPipe); }
+TEST(HiddenMemory, OneFOneB) { memory(Schedule::OneFOneB); }
+
+}  // namespace

@@ -1,0 +1,215 @@
+// 07_pipeline: 05's MLP cut into stages of consecutive layers, one stage per rank, trained with
+// three pipeline schedules written with dist point-to-point calls only.
+//
+//   rank 0: layers [0, a)   --activations-->   rank 1: layers [a, b)   -->  ...  --> rank p-1: loss
+//           d loss / d input   <--gradients--
+//
+// A batch of B rows is cut into m microbatches (row blocks). Schedules (p stages, m microbatches;
+// with equal stages tf and tb = 2 tf the time of one microbatch's forward and backward on a stage):
+//
+//   naive   the whole batch forward through the stages, then backward     bubble (p-1)/p
+//   GPipe   all m forwards, then all m backwards                           bubble (p-1)/(m+p-1)
+//   1F1B    stage r: min(p-r-1, m) warm-up forwards, then one forward and   bubble (p-1)/(m+p-1)
+//           one backward alternating, then the remaining backwards          stash <= p-r microbatches
+//
+// The gradient of a batch is accumulated over its microbatches (each microbatch's loss gradient
+// weighted by its share of the rows, rows_i / B, so the sum is the gradient of the batch's mean
+// loss), and the stage takes ONE SGD step per batch: the result equals single-process training on
+// the whole batch, which is what the tests check, together with the traffic, the simulated time and
+// the peak of stashed activations (cost_meter.hpp). See README.md for the tasks.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cost_meter.hpp"
+#include "dist/dist.hpp"
+#include "mlp.hpp"
+
+namespace pp {
+
+using Matrix = mlp::Matrix;
+using Labels = mlp::Labels;
+
+enum class Schedule { Naive, GPipe, OneFOneB };
+const char* to_string(Schedule s);   // "naive", "gpipe", "1f1b"
+/// Parses "naive", "gpipe" or "1f1b" (else std::invalid_argument).
+Schedule schedule_from_string(const std::string& name);
+
+/// A half-open range [begin, begin + size) of layers or rows.
+struct Range {
+  int begin = 0;
+  int size = 0;
+  int end() const { return begin + size; }
+};
+
+/// Given: part `index` of `parts` near-equal parts of [0, n): sizes differ by at most one, the
+/// first n % parts parts are the larger ones (04's shard_range). Microbatch rows use it.
+Range shard_range(int n, int parts, int index);
+
+/// Task 1. The layers of stage `stage` of `stages` for a model of `n_layers` layers: consecutive,
+/// near-equal (sizes differ by at most one, the EARLIER stages get the extra layers), together
+/// every layer exactly once. Needs 1 <= stages <= n_layers (else std::invalid_argument).
+Range stage_layers(int n_layers, int stages, int stage);
+
+/// What one microbatch's forward leaves on its stage for the backward: the stage's input and,
+/// for every layer of the stage, its output before (z) and after (h) the activation (the model's
+/// last layer has no activation: its h is empty). These bytes are what the meter counts.
+struct Stash {
+  Matrix input;
+  std::vector<Matrix> z;
+  std::vector<Matrix> h;
+  std::int64_t bytes() const;
+};
+
+/// One pipeline stage: layers stage_layers(n_layers, stages, stage) of the model MLP(config, seed)
+/// (the same seed on every rank gives every stage its slice of the same initial model).
+class Stage {
+ public:
+  /// Given. Builds the whole model and keeps this stage's weights.
+  Stage(const mlp::Config& config, std::uint64_t seed, int stage, int stages, CostModel cost = {});
+
+  /// Task 2. The forward of microbatch `microbatch` on this stage: charge_forward(rows,
+  /// microbatch) first, then layer by layer through the 05 building blocks (linear_forward, then
+  /// activation_forward except after the model's last layer), keeping the input and every z and
+  /// h in a Stash that stash_push() stores until the backward. Returns the stage's output (the
+  /// activation for the next stage, or the logits on the last stage), valid until the next call.
+  const Matrix& forward(const Matrix& x, int microbatch);
+  /// Task 2. The backward of microbatch `microbatch`, given dy = d loss / d output:
+  /// charge_backward(rows, microbatch) first; stash_pop() its stash; layer by layer from the last:
+  /// the activation's backward (if the layer has one), ADD the weight gradient to grad
+  /// (accumulation over microbatches), and dx = d loss / d input for the previous stage (not
+  /// needed, and not written, on the first stage).
+  void backward(const Matrix& dy, int microbatch, Matrix& dx);
+
+  /// Given. Zeroes this stage's gradients (call before the first microbatch of a batch).
+  void zero_grad();
+  /// This stage's weights, first layer first (parameters()[k] is layer layers().begin + k).
+  std::vector<mlp::Parameter*> parameters();
+  std::vector<const mlp::Parameter*> parameters() const;
+
+  int stage() const { return stage_; }
+  int stages() const { return stages_; }
+  bool is_first() const { return stage_ == 0; }
+  bool is_last() const { return stage_ == stages_ - 1; }
+  Range layers() const { return layers_; }
+  int in_features() const { return config_.layer_in(layers_.begin); }
+  int out_features() const { return config_.layer_out(layers_.end() - 1); }
+  const mlp::Config& config() const { return config_; }
+  const CostModel& cost() const { return cost_; }
+  ActivationMeter& meter() { return meter_; }
+  const ActivationMeter& meter() const { return meter_; }
+
+  /// A span charged on the simulated clock: "F<i>" or "B<i>" from t0 to t1 (seconds).
+  struct Span {
+    std::string name;
+    double t0;
+    double t1;
+  };
+  const std::vector<Span>& spans() const { return spans_; }
+  /// Total compute charged so far (seconds); the busy time of the bubble fraction.
+  double busy_seconds() const { return busy_s_; }
+  void clear_spans() { spans_.clear(); busy_s_ = 0; }
+
+  /// Given. Charge this stage's forward / backward of `rows` rows to the simulated clock, as one
+  /// span named F<microbatch> / B<microbatch> (the cost model in cost_meter.hpp).
+  void charge_forward(std::int64_t rows, int microbatch);
+  void charge_backward(std::int64_t rows, int microbatch);
+  /// Given. Store / take back (and remove from the store) the stash of a microbatch; the meter
+  /// counts it from push to pop. Popping a microbatch that was not pushed throws.
+  void stash_push(int microbatch, Stash stash);
+  Stash stash_pop(int microbatch);
+
+ private:
+  mlp::Config config_;
+  int stage_;
+  int stages_;
+  Range layers_;
+  CostModel cost_;
+  std::vector<mlp::Parameter> weights_;  // weights_[k]: layer layers_.begin + k
+  std::map<int, Stash> stash_;           // microbatch -> its stash, from forward to backward
+  ActivationMeter meter_;
+  std::vector<Span> spans_;
+  double busy_s_ = 0;
+  Matrix out_;                           // forward's output
+  Matrix grad_scratch_, dh_, dz_;        // backward's buffers
+};
+
+// ---------------------------------------------------------------------------------------------
+// Communication helpers, named for the direction the data goes (picotron's pp_communications).
+// Stage s is rank s. Activations go forward to s+1, gradients backward to s-1; a helper whose
+// peer does not exist (sending forward from the last stage, receiving forward on the first, ...)
+// does nothing. Receives resize the matrix to rows x (the features the peer sends) first.
+// send is synchronous (it returns once the peer has received), so a schedule in which two
+// neighbours both send at the same moment deadlocks: the paired helpers post both directions
+// at once (isend + irecv, then wait on both).
+
+/// The tags of the two directions (so a forward and a backward message are never confused).
+inline constexpr int kForwardTag = 7;   // activations, stage s -> s+1
+inline constexpr int kBackwardTag = 8;  // gradients, stage s -> s-1
+
+/// Task 3.
+void send_forward(const Stage& stage, const Matrix& y);
+void recv_forward(const Stage& stage, Matrix& x, int rows);
+void send_backward(const Stage& stage, const Matrix& dx);
+void recv_backward(const Stage& stage, Matrix& dy, int rows);
+/// Send y to the next stage and receive dy (rows rows) from it, both in flight at once.
+void send_forward_recv_backward(const Stage& stage, const Matrix& y, Matrix& dy, int rows);
+/// Send dx to the previous stage and receive x (rows rows) from it, both in flight at once.
+void send_backward_recv_forward(const Stage& stage, const Matrix& dx, Matrix& x, int rows);
+
+// ---------------------------------------------------------------------------------------------
+// One batch and the schedules.
+
+/// The batch of one step, the same on every rank (stage 0 reads x, the last stage y), cut into
+/// `microbatches` row blocks: microbatch i is rows shard_range(B, microbatches, i).
+struct Batch {
+  const Matrix& x;
+  const Labels& y;
+  int microbatches = 1;
+  int rows() const { return static_cast<int>(x.rows()); }
+  Range microbatch_rows(int i) const { return shard_range(rows(), microbatches, i); }
+};
+
+/// What a step's microbatches pass between forward_step and backward_step on one rank.
+struct StepState {
+  Matrix x;                    // the input of the microbatch being forwarded (received or sliced)
+  Matrix dy;                   // the gradient of the microbatch being backwarded (received)
+  Matrix dx;                   // backward_step's output, for the previous stage
+  Matrix probs;                // softmax scratch (last stage)
+  std::deque<Matrix> dlogits;  // last stage: loss gradients of forwarded microbatches, oldest first
+  double loss = 0;             // last stage: the batch's mean loss, summed over microbatches
+};
+
+/// Task 4. Forward of microbatch i on this stage. Stage 0 takes the microbatch's rows of batch.x
+/// into st.x; other stages forward st.x as received. On the last stage also: the microbatch's
+/// softmax cross-entropy (05's functions), st.loss += loss * rows_i / B, and its dlogits scaled by
+/// rows_i / B pushed to st.dlogits. Returns the stage's output (to send forward).
+const Matrix& forward_step(Stage& stage, const Batch& batch, int i, StepState& st);
+/// Task 4. Backward of microbatch i: dy is st.dy as received, or on the last stage the oldest
+/// st.dlogits (popped). Returns st.dx (to send backward).
+const Matrix& backward_step(Stage& stage, const Batch& batch, int i, StepState& st);
+
+/// How many microbatches stage r of p runs in each phase of 1F1B with m microbatches.
+struct OneFOneBPlan {
+  int warmup = 0;    // forwards before the first backward: min(p - r - 1, m)
+  int steady = 0;    // one forward + one backward each: m - warmup
+  int cooldown = 0;  // backwards after the last forward: warmup
+};
+/// Task 5.
+OneFOneBPlan one_f_one_b_plan(int stages, int stage, int microbatches);
+
+/// Task 6. The schedules: one step's forwards and backwards on this stage, with the helpers above.
+/// naive ignores batch.microbatches (the whole batch is microbatch 0).
+void run_naive(Stage& stage, const Batch& batch, StepState& st);
+void run_gpipe(Stage& stage, const Batch& batch, StepState& st);
+void run_1f1b(Stage& stage, const Batch& batch, StepState& st);
+
+/// Task 7. One training step: zero the gradients, run the schedule, one SGD step. Returns the
+/// batch's mean loss on the last stage (0 on the others).
+double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule);
+
+}  // namespace pp

@@ -1,0 +1,71 @@
+// Given code for 07_pipeline: the training loop, the measurement of one step on the simulated
+// clock (step time, bubble fraction, peak stash, traffic), the text timeline and the trace's
+// memory counter tracks.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "datasets/classification.hpp"
+#include "pipeline.hpp"
+
+namespace pp {
+
+/// The settings of a pipeline run; the stages are the ranks (--stages / --world-size).
+struct PipelineConfig {
+  mlp::Config model;                      // 05's model and training settings (seed config)
+  int microbatches = 8;                   // m: microbatches per batch (naive ignores it)
+  Schedule schedule = Schedule::OneFOneB; // naive, gpipe or 1f1b
+  CostModel cost;                         // modelled compute speed of every stage
+  /// Throws std::invalid_argument saying which field is wrong (for `stages` ranks).
+  void validate(int stages) const;
+};
+
+/// One step as the simulated clock saw it, on this rank.
+struct StepMeasure {
+  double loss = 0;                  // the batch's mean loss (last stage; 0 elsewhere)
+  double t0 = 0;                    // simulated time of the step's start (the same on every rank)
+  double step_s = 0;                // the step's simulated time, first start to last finish
+  double busy_s = 0;                // this stage's compute in the step
+  double bubble = 0;                // 1 - (sum of every stage's busy) / (stages * step_s)
+  int peak_microbatches = 0;        // most microbatches stashed at once on this stage
+  std::int64_t peak_bytes = 0;      // most stashed bytes at once on this stage
+  dist::Stats stats;                // this rank's traffic in the step
+  std::vector<Stage::Span> spans;   // this stage's F/B spans, seconds since the step's start
+  std::vector<ActivationMeter::Sample> memory;  // stash changes, seconds since the step's start
+};
+
+/// One train_step between two barriers, measured. A collective: every rank calls it.
+StepMeasure measured_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule);
+
+/// The closed forms with equal stages and free communication, tf and tb being one stage's
+/// forward and backward of ONE microbatch (naive: of the whole batch, m = 1):
+///   naive  p (tf + tb)                 bubble (p-1)/p
+///   gpipe, 1f1b  (m + p - 1)(tf + tb)  bubble (p-1)/(m+p-1)
+double formula_step_seconds(Schedule s, int stages, int microbatches, double tf, double tb);
+double formula_bubble(Schedule s, int stages, int microbatches);
+
+/// Copies every stage's weights into `model` on rank 0 (a model of the same config), with
+/// point-to-point sends from each rank to rank 0. A collective: every rank calls it.
+void gather_weights(const Stage& stage, mlp::MLP* model_on_rank0);
+
+/// Trains config.model.niters steps on every rank (inside dist::launch): stage = rank, the
+/// batches of 05's train() (BatchLoader seed + 3, initial model seed + 2), one train_step each.
+/// Every log_every steps rank 0 gathers the weights, measures the held-out loss and calls `out`
+/// with a 05-style log line (train_loss from the last stage, step time = rank 0's median wall
+/// time). Returns rank 0's log.
+std::vector<mlp::LogLine> train_pipeline(const PipelineConfig& config, const datasets::Split& data,
+                                         const std::function<void(const mlp::LogLine&)>& out = {});
+
+/// One row per stage, time across: F<i> and B<i> blocks where the stage computes, '.' where it
+/// is idle. `spans[s]` are stage s's spans; `columns` is the width of the time axis.
+std::string render_timeline(const std::vector<std::vector<Stage::Span>>& spans, int columns = 96);
+
+/// Adds one counter track per stage ("stashed bytes, stage S") to a Chrome trace written by
+/// dist::launch, from each stage's meter samples (simulated seconds, absolute).
+void add_memory_counters(const std::string& trace_path,
+                         const std::vector<std::vector<ActivationMeter::Sample>>& memory);
+
+}  // namespace pp
