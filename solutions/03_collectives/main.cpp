@@ -22,7 +22,7 @@
 
 #include "collectives.hpp"
 #include "dist/dist.hpp"
-#include "distlab/args.hpp"
+#include "distlab/cli.hpp"
 #include "distlab/timing.hpp"
 
 namespace {

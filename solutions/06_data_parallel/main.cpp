@@ -18,7 +18,7 @@
 
 #include "datasets/loader.hpp"
 #include "ddp.hpp"
-#include "distlab/args.hpp"
+#include "distlab/cli.hpp"
 #include "dist/eigen.hpp"
 #include "distlab/todo.hpp"
 

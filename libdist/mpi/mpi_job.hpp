@@ -47,9 +47,6 @@ namespace dist::detail::mpi {
 /// Initialises MPI once for this process (and registers MPI_Finalize at exit). Thread-safe.
 void ensure_initialized();
 
-/// True when this process was started by mpirun/mpiexec (Open MPI, MPICH or a PMI launcher).
-bool started_by_mpirun();
-
 /// Checks the requested world size against the job: outside mpirun only world size 1 runs
 /// (MPI singleton); otherwise throws an error that says how to start the program.
 void check_job_size(const LaunchOptions& options, const char* backend_name);
@@ -107,6 +104,12 @@ class MpiJob {
   std::vector<MPI_Request> notice_requests_;
   std::string notice_out_;                            // the buffer our notices are sent from
 };
+
+/// The end of a launch on an MPI job, the same for the MPI and NCCL engines: a rank whose body
+/// failed first-hand tells every other rank, all agree on the lowest rank that failed first-hand,
+/// and every rank rethrows that rank's error (its own exception as it is when it is this rank's
+/// and already names the rank). Returns normally when no rank failed.
+void conclude(MpiJob& job, const RankOutcome& outcome);
 
 /// A failure notice: one letter for the error class (E Error, D Deadlock, T Timeout, M Mismatch,
 /// R RankFailed) followed by the message, which starts with "rank R: ".

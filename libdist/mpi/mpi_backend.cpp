@@ -222,14 +222,7 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
 
   // ---- instrumentation ----------------------------------------------------------------------
   Stats stats() override { return stats_; }
-  void reset_stats() override {
-    const auto p = static_cast<std::size_t>(size());
-    stats_ = Stats{};
-    stats_.messages_sent_to.assign(p, 0);
-    stats_.bytes_sent_to.assign(p, 0);
-    stats_.messages_received_from.assign(p, 0);
-    stats_.bytes_received_from.assign(p, 0);
-  }
+  void reset_stats() override { stats_ = fresh_stats(size()); }
   // sim_time / sim_compute / sim_reduce: BackendImpl's defaults (0, no-ops) -- no simulated clock.
 
  private:
@@ -271,11 +264,7 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
     MPI_Request req;
     DIST_MPI_CHECK(MPI_Issend(buf, n, mpi_type(type), dst, mpi_tag(tag, type, fn), job_.comm(),
                               &req));
-    const auto bytes = count * size_of(type);
-    ++stats_.messages_sent;
-    stats_.bytes_sent += bytes;
-    ++stats_.messages_sent_to[static_cast<std::size_t>(dst)];
-    stats_.bytes_sent_to[static_cast<std::size_t>(dst)] += bytes;
+    count_message(stats_, Direction::Sent, dst, count * size_of(type));
     return std::make_shared<MpiWork>(shared_from_this(), req,
                                      describe(fn, "dst", dst, tag, count, type), nullptr);
   }
@@ -287,11 +276,7 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
     MPI_Request req;
     DIST_MPI_CHECK(MPI_Irecv(buf, n, mpi_type(type), src, mpi_tag(tag, type, fn), job_.comm(),
                              &req));
-    const auto bytes = count * size_of(type);
-    ++stats_.messages_received;
-    stats_.bytes_received += bytes;
-    ++stats_.messages_received_from[static_cast<std::size_t>(src)];
-    stats_.bytes_received_from[static_cast<std::size_t>(src)] += bytes;
+    count_message(stats_, Direction::Received, src, count * size_of(type));
     std::string what = describe(fn, "src", src, tag, count, type);
     const int me = rank();
     return std::make_shared<MpiWork>(
@@ -316,10 +301,7 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
 
 bool MpiWork::is_completed() {
   if (done_ || error_) return true;
-  if (backend_->closed()) {
-    throw Error(what_ + ": Work used after dist::launch returned: wait on every Work inside the "
-                "launch body");
-  }
+  check_work_in_launch(backend_->closed(), what_);
   int flag = 0;
   MPI_Status status;
   const int rc = MPI_Test(&req_, &flag, &status);
@@ -341,10 +323,7 @@ bool MpiWork::is_completed() {
 
 void MpiWork::wait() {
   if (!done_ && !error_) {
-    if (backend_->closed()) {
-      throw Error(what_ + ": Work waited on after dist::launch returned: wait on every Work "
-                  "inside the launch body");
-    }
+    check_work_in_launch(backend_->closed(), what_);
     MPI_Status status;
     try {
       backend_->job().wait(req_, what_, &status);
@@ -381,35 +360,9 @@ void launch_mpi(const LaunchOptions& options, const std::function<void()>& body)
   effective.world_size = backend->size();
   effective.backend = Backend::Mpi;
 
-  std::exception_ptr error;
-  bool first_hand = false;
-  set_current(backend.get(), &effective);
-  try {
-    body();
-  } catch (const RankFailedError&) {
-    error = std::current_exception();  // woken because another rank failed
-  } catch (...) {
-    error = std::current_exception();
-    first_hand = true;
-  }
-  set_current(nullptr, nullptr);
-
-  const std::string own_notice = first_hand ? mpi::encode_error(error, backend->rank()) : "";
-  if (first_hand) backend->job().notify_failure(own_notice);
-  std::string notice;
-  const int failed_rank = backend->job().finish(first_hand, own_notice, &notice);
-  backend->close();
-  if (failed_rank < 0) return;
-  if (failed_rank == backend->rank()) {
-    // Rethrow our own exception as is when it already names the rank; else the prefixed copy.
-    try {
-      std::rethrow_exception(error);
-    } catch (const Error& e) {
-      if (std::string(e.what()).rfind("rank ", 0) == 0) throw;
-    } catch (...) {
-    }
-  }
-  mpi::throw_notice(notice);
+  const RankOutcome outcome = run_rank_body(*backend, effective, body);
+  backend->close();  // a Work used after this point is an error (check_work_in_launch)
+  mpi::conclude(backend->job(), outcome);
 }
 
 }  // namespace dist::detail

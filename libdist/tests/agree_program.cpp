@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dist/dist.hpp"
+#include "distlab/args.hpp"
 
 namespace {
 
@@ -104,7 +105,7 @@ void program() {
 
 int main(int argc, char** argv) {
   try {
-    dist::launch(dist::options_from_args(argc, argv), program);
+    dist::launch(distlab::options_from_args(argc, argv), program);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

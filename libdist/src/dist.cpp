@@ -1,5 +1,5 @@
 // The student-facing free functions of <dist/dist.hpp>: argument checks common to every engine,
-// then a type-erased call on the calling rank's backend.
+// then a type-erased call on the calling rank's backend (src/backend.cpp: what engines share).
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -76,96 +76,11 @@ NetworkModel NetworkModel::two_level(int ranks_per_node) {
   return m;
 }
 
-namespace detail {
-namespace {
-thread_local BackendImpl* t_backend = nullptr;
-thread_local const LaunchOptions* t_options = nullptr;
-
-template <typename T>
-void apply_typed(T* inout, const T* in, std::size_t n, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg:
-      for (std::size_t i = 0; i < n; ++i) inout[i] += in[i];
-      break;
-    case ReduceOp::Product:
-      for (std::size_t i = 0; i < n; ++i) inout[i] *= in[i];
-      break;
-    case ReduceOp::Min:
-      for (std::size_t i = 0; i < n; ++i) inout[i] = std::min(inout[i], in[i]);
-      break;
-    case ReduceOp::Max:
-      for (std::size_t i = 0; i < n; ++i) inout[i] = std::max(inout[i], in[i]);
-      break;
-  }
-}
-}  // namespace
-
-BackendImpl& current() {
-  if (t_backend == nullptr) {
-    throw Error(
-        "dist called outside dist::launch: call rank(), send(), all_reduce() ... only from inside "
-        "the body passed to dist::launch(options, body)");
-  }
-  return *t_backend;
-}
-
-void set_current(BackendImpl* backend, const LaunchOptions* options) {
-  t_backend = backend;
-  t_options = options;
-}
-
-void apply_op(void* inout, const void* in, std::size_t count, DataType type, ReduceOp op) {
-  switch (type) {
-    case DataType::Float32:
-      apply_typed(static_cast<float*>(inout), static_cast<const float*>(in), count, op);
-      break;
-    case DataType::Float64:
-      apply_typed(static_cast<double*>(inout), static_cast<const double*>(in), count, op);
-      break;
-    case DataType::Int32:
-      apply_typed(static_cast<std::int32_t*>(inout), static_cast<const std::int32_t*>(in), count, op);
-      break;
-    case DataType::Int64:
-      apply_typed(static_cast<std::int64_t*>(inout), static_cast<const std::int64_t*>(in), count, op);
-      break;
-  }
-}
-
-void divide(void* buf, std::size_t count, DataType type, int divisor) {
-  auto run = [&](auto* p) {
-    using T = std::remove_pointer_t<decltype(p)>;
-    for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(divisor));
-  };
-  switch (type) {
-    case DataType::Float32: run(static_cast<float*>(buf)); break;
-    case DataType::Float64: run(static_cast<double*>(buf)); break;
-    case DataType::Int32: run(static_cast<std::int32_t*>(buf)); break;
-    case DataType::Int64: run(static_cast<std::int64_t*>(buf)); break;
-  }
-}
-
-#ifndef DISTLAB_HAVE_MPI
-void launch_mpi(const LaunchOptions&, const std::function<void()>&) {
-  throw Error(
-      "the Open MPI backend is not built: install Open MPI (Debian: apt-get install libopenmpi-dev "
-      "openmpi-bin), rebuild, and check with ./distlab doctor");
-}
-#endif
-#ifndef DISTLAB_HAVE_NCCL
-void launch_nccl(const LaunchOptions&, const std::function<void()>&) {
-  throw Error(
-      "the NCCL backend is not built: it needs the CUDA toolkit with NCCL and a GPU; "
-      "check with ./distlab doctor");
-}
-#endif
-
-}  // namespace detail
 
 // ---- launching ------------------------------------------------------------------------------
 
 void launch(const LaunchOptions& options, const std::function<void()>& body) {
-  if (detail::t_backend != nullptr) {
+  if (detail::current_or_null() != nullptr) {
     throw Error("dist::launch called from inside a rank: launch once, from main() or a test");
   }
   if (options.world_size < 1) {
@@ -189,13 +104,13 @@ void launch(int world_size, const std::function<void()>& body) {
   launch(options, body);
 }
 
-bool in_launch() { return detail::t_backend != nullptr; }
+bool in_launch() { return detail::current_or_null() != nullptr; }
 int rank() { return detail::current().rank(); }
 int world_size() { return detail::current().size(); }
 
 const LaunchOptions& options() {
   detail::current();  // throws outside launch
-  return *detail::t_options;
+  return *detail::current_options();
 }
 
 void wait_all(std::span<Work> works) {

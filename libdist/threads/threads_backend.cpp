@@ -29,7 +29,6 @@
 #include <vector>
 
 #include "dist/backend.hpp"
-#include "distlab/todo.hpp"
 #include "schedules.hpp"
 
 namespace dist::detail {
@@ -48,12 +47,6 @@ inline void cpu_relax() {
 
 std::string describe_count(std::size_t count, DataType type) {
   return std::to_string(count) + " " + to_string(type) + (count == 1 ? "" : "s");
-}
-
-std::string with_rank_prefix(int rank, const std::string& msg) {
-  const std::string prefix = "rank " + std::to_string(rank) + ": ";
-  if (msg.rfind(prefix, 0) == 0) return msg;
-  return prefix + msg;
 }
 
 // ---- point-to-point operations ----------------------------------------------------------------
@@ -244,14 +237,7 @@ class Engine {
 
   void sim_compute(int r, double seconds, const char* label);
   void sim_reduce(int r, std::size_t bytes);
-  void reset_stats_of(Rank& rk) {
-    const auto n = static_cast<std::size_t>(p_);
-    rk.stats = Stats{};
-    rk.stats.messages_sent_to.assign(n, 0);
-    rk.stats.bytes_sent_to.assign(n, 0);
-    rk.stats.messages_received_from.assign(n, 0);
-    rk.stats.bytes_received_from.assign(n, 0);
-  }
+  void reset_stats_of(Rank& rk) { rk.stats = fresh_stats(p_); }
 
  private:
   friend struct AsyncColl;
@@ -430,40 +416,8 @@ std::string Engine::describe_pending_locked(int r) const {
   return "?";
 }
 
-std::exception_ptr prefixed(int r, std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const DeadlockError& x) {
-    return std::make_exception_ptr(DeadlockError(with_rank_prefix(r, x.what())));
-  } catch (const TimeoutError& x) {
-    return std::make_exception_ptr(TimeoutError(with_rank_prefix(r, x.what())));
-  } catch (const MismatchError& x) {
-    return std::make_exception_ptr(MismatchError(with_rank_prefix(r, x.what())));
-  } catch (const RankFailedError& x) {
-    return std::make_exception_ptr(RankFailedError(with_rank_prefix(r, x.what())));
-  } catch (const Error& x) {
-    return std::make_exception_ptr(Error(with_rank_prefix(r, x.what())));
-  } catch (const distlab::NotImplemented& x) {
-    return std::make_exception_ptr(distlab::NotImplemented(with_rank_prefix(r, x.what())));
-  } catch (const std::exception& x) {
-    return std::make_exception_ptr(Error(with_rank_prefix(r, x.what())));
-  } catch (...) {
-    return std::make_exception_ptr(Error(with_rank_prefix(r, "an exception not derived from std::exception")));
-  }
-}
-
-std::string what_of(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an exception not derived from std::exception";
-  }
-}
-
 void Engine::fail_locked(int r, std::exception_ptr e) {
-  if (!first_error_) first_error_ = prefixed(r, e);
+  if (!first_error_) first_error_ = with_rank_prefix(r, e);
   if (!failed_) {
     failed_ = true;
     failed_flag_.store(true, std::memory_order_release);
@@ -568,7 +522,7 @@ void Engine::check_deadlock_locked() {
   deadlock_ = true;
   failed_flag_.store(true, std::memory_order_release);
   fail_msg_ = os.str();
-  first_error_ = std::make_exception_ptr(DeadlockError(with_rank_prefix(lowest, fail_msg_)));
+  first_error_ = with_rank_prefix(lowest, std::make_exception_ptr(DeadlockError(fail_msg_)));
   wake_all_blocked_locked();
 }
 
@@ -614,11 +568,7 @@ std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const vo
     op->cost = opts_.network.message_cost(r, peer, bytes);
     op->ts = std::max(me.link.clock, me.link.out_free);
     me.link.out_free = op->ts + op->cost;
-    auto& s = me.stats;
-    s.messages_sent += 1;
-    s.bytes_sent += bytes;
-    s.messages_sent_to[static_cast<std::size_t>(peer)] += 1;
-    s.bytes_sent_to[static_cast<std::size_t>(peer)] += bytes;
+    count_message(me.stats, Direction::Sent, peer, bytes);
   }
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -653,12 +603,7 @@ void Engine::account_recv(int r, P2POp& op) {
   const double ti = std::max(op.ts, me.link.in_free);
   me.link.in_free = ti + op.cost;
   me.link.clock = std::max(me.link.clock, ti + op.cost);
-  const std::size_t bytes = op.count * size_of(op.type);
-  auto& s = me.stats;
-  s.messages_received += 1;
-  s.bytes_received += bytes;
-  s.messages_received_from[static_cast<std::size_t>(op.peer)] += 1;
-  s.bytes_received_from[static_cast<std::size_t>(op.peer)] += bytes;
+  count_message(me.stats, Direction::Received, op.peer, op.count * size_of(op.type));
 }
 
 void Engine::complete_p2p(int r, P2POp& op) {
@@ -885,18 +830,7 @@ void Engine::apply_result(int r, const CollSlot& s, bool async) {
   }
   auto& st = me.stats;
   for (const MsgRecord& m : s.msgs[static_cast<std::size_t>(r)]) {
-    const auto peer = static_cast<std::size_t>(m.peer);
-    if (m.sent) {
-      st.messages_sent += 1;
-      st.bytes_sent += m.bytes;
-      st.messages_sent_to[peer] += 1;
-      st.bytes_sent_to[peer] += m.bytes;
-    } else {
-      st.messages_received += 1;
-      st.bytes_received += m.bytes;
-      st.messages_received_from[peer] += 1;
-      st.bytes_received_from[peer] += m.bytes;
-    }
+    count_message(st, m.sent ? Direction::Sent : Direction::Received, m.peer, m.bytes);
   }
   if (c.kind == CollKind::Barrier) {
     st.barriers += 1;

@@ -71,21 +71,8 @@ void ensure_initialized() {
   });
 }
 
-namespace {
-// Read once, when the program starts: an MPI singleton (a program started without mpirun) sets
-// some of these variables itself during MPI_Init.
-const bool g_started_by_mpirun = [] {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"}) {
-    if (std::getenv(var) != nullptr) return true;
-  }
-  return false;
-}();
-}  // namespace
-
-bool started_by_mpirun() { return g_started_by_mpirun; }
-
 void check_job_size(const LaunchOptions& options, const char* backend_name) {
-  if (!started_by_mpirun() && options.world_size != 1) {
+  if (!dist::started_by_mpirun() && options.world_size != 1) {
     std::ostringstream os;
     os << "--backend " << backend_name << " runs one rank per process, started by mpirun: run "
        << "`mpirun -np " << options.world_size << " PROGRAM ...` (or `./distlab run MODULE --backend "
@@ -256,6 +243,24 @@ int MpiJob::finish(bool failed, const std::string& own_notice, std::string* noti
     }
   }
   return lowest;
+}
+
+void conclude(MpiJob& job, const RankOutcome& outcome) {
+  const std::string own = outcome.first_hand ? encode_error(outcome.error, job.rank()) : "";
+  if (outcome.first_hand) job.notify_failure(own);
+  std::string notice;
+  const int failed_rank = job.finish(outcome.first_hand, own, &notice);
+  if (failed_rank < 0) return;
+  if (failed_rank == job.rank()) {
+    // Rethrow our own exception as is when it already names the rank; else the prefixed copy.
+    try {
+      std::rethrow_exception(outcome.error);
+    } catch (const Error& e) {
+      if (std::string(e.what()).rfind("rank ", 0) == 0) throw;
+    } catch (...) {
+    }
+  }
+  throw_notice(notice);
 }
 
 }  // namespace dist::detail::mpi

@@ -11,10 +11,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "dist/dist.hpp"
+
 namespace distlab {
 
-struct NotImplemented : std::logic_error {
-  using std::logic_error::logic_error;
+/// A std::logic_error; dist::launch rethrows it with the rank in front, keeping its type.
+struct NotImplemented : dist::RankError<NotImplemented, std::logic_error> {
+  using RankError::RankError;
 };
 
 [[noreturn]] void throw_not_implemented(const char* what, const char* file, int line);

@@ -9,7 +9,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "dist/dist.hpp"
 
@@ -49,6 +53,9 @@ class BackendImpl {
 /// The backend of the calling rank (thread-local on the threads backend, process-wide under MPI/NCCL).
 /// Throws dist::Error("... called outside dist::launch ...") when there is none.
 BackendImpl& current();
+/// The calling thread's backend and options, or nullptr outside launch.
+BackendImpl* current_or_null();
+const LaunchOptions* current_options();
 /// Installs (or clears, with nullptr) the calling thread's backend; used by launchers only.
 void set_current(BackendImpl* backend, const LaunchOptions* options);
 
@@ -57,6 +64,32 @@ void set_current(BackendImpl* backend, const LaunchOptions* options);
 void launch_threads(const LaunchOptions& options, const std::function<void()>& body);
 void launch_mpi(const LaunchOptions& options, const std::function<void()>& body);
 void launch_nccl(const LaunchOptions& options, const std::function<void()>& body);
+
+/// Runs `body` as one rank: installs `backend` (and the options dist::options() reports) for the
+/// calling thread, runs the body, uninstalls. Returns the body's error, if any; `first_hand` is
+/// false when the error is a RankFailedError (this rank was only woken by another's failure).
+struct RankOutcome {
+  std::exception_ptr error;
+  bool first_hand = false;
+};
+RankOutcome run_rank_body(BackendImpl& backend, const LaunchOptions& options,
+                          const std::function<void()>& body);
+
+/// The message of an exception ("an exception not derived from std::exception" otherwise).
+std::string what_of(std::exception_ptr error);
+/// The same error with "rank R: " in front of its message (unless it already starts so). Types
+/// derived from dist::Rethrowable keep their type; any other exception becomes a dist::Error.
+std::exception_ptr with_rank_prefix(int rank, std::exception_ptr error);
+
+/// Empty counters with the per-peer vectors sized for `world_size` ranks (reset_stats()).
+Stats fresh_stats(int world_size);
+/// Counts one message of `bytes` bytes that this rank sent to (or received from) `peer`.
+enum class Direction { Sent, Received };
+void count_message(Stats& stats, Direction direction, int peer, std::uint64_t bytes);
+
+/// Throws dist::Error when a Work is used after its launch returned (`closed`); `what` names the
+/// operation. The real engines check this on every is_completed() and wait().
+void check_work_in_launch(bool closed, const std::string& what);
 
 /// Elementwise inout = op(inout, in) for `count` elements of `type` (Avg accumulates as Sum).
 void apply_op(void* inout, const void* in, std::size_t count, DataType type, ReduceOp op);

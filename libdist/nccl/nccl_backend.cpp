@@ -39,7 +39,7 @@
 
 #include "dist/backend.hpp"
 #ifdef DISTLAB_HAVE_MPI
-#include "mpi_job.hpp"
+#include "mpi/mpi_job.hpp"
 #endif
 
 namespace dist::detail {
@@ -115,14 +115,6 @@ int local_rank(int rank) {
   return rank;
 }
 
-bool started_by_mpirun() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK"}) {
-    if (std::getenv(var) != nullptr) return true;
-  }
-  return false;
-}
-// Read when the program starts (an MPI singleton sets some of these during MPI_Init).
-const bool g_started_by_mpirun = started_by_mpirun();
 
 /// One operation in flight: its completion event, the device copies of host buffers, and what to
 /// do once it completed (copy staged results back, divide for Avg).
@@ -345,14 +337,7 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
   }
 
   Stats stats() override { return stats_; }
-  void reset_stats() override {
-    const auto p = static_cast<std::size_t>(size_);
-    stats_ = Stats{};
-    stats_.messages_sent_to.assign(p, 0);
-    stats_.bytes_sent_to.assign(p, 0);
-    stats_.messages_received_from.assign(p, 0);
-    stats_.bytes_received_from.assign(p, 0);
-  }
+  void reset_stats() override { stats_ = fresh_stats(size_); }
 
   // ---- completion -----------------------------------------------------------------------------
 
@@ -520,18 +505,7 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
     const std::size_t bytes = count * size_of(type);
     void* d = stage(*op, buf, bytes, is_send, !is_send);
     queue_.push_back({is_send, d, count, type, peer, op});
-    const auto upeer = static_cast<std::size_t>(peer);
-    if (is_send) {
-      ++stats_.messages_sent;
-      stats_.bytes_sent += bytes;
-      ++stats_.messages_sent_to[upeer];
-      stats_.bytes_sent_to[upeer] += bytes;
-    } else {
-      ++stats_.messages_received;
-      stats_.bytes_received += bytes;
-      ++stats_.messages_received_from[upeer];
-      stats_.bytes_received_from[upeer] += bytes;
-    }
+    count_message(stats_, is_send ? Direction::Sent : Direction::Received, peer, bytes);
     return op;
   }
 
@@ -550,18 +524,12 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
 };
 
 bool NcclWork::is_completed() {
-  if (backend_->closed() && !op_->done) {
-    throw Error(op_->what + ": Work used after dist::launch returned: wait on every Work inside "
-                "the launch body");
-  }
+  check_work_in_launch(backend_->closed() && !op_->done, op_->what);
   return backend_->test_op(*op_);
 }
 
 void NcclWork::wait() {
-  if (backend_->closed() && !op_->done) {
-    throw Error(op_->what + ": Work waited on after dist::launch returned: wait on every Work "
-                "inside the launch body");
-  }
+  check_work_in_launch(backend_->closed() && !op_->done, op_->what);
   backend_->wait_op(*op_);
 }
 
@@ -582,7 +550,7 @@ void launch_nccl(const LaunchOptions& options, const std::function<void()>& body
   std::function<void()> poll_failures;
 #ifdef DISTLAB_HAVE_MPI
   std::unique_ptr<mpi::MpiJob> job;
-  if (g_started_by_mpirun) {
+  if (dist::started_by_mpirun()) {
     mpi::ensure_initialized();
     job = std::make_unique<mpi::MpiJob>(options.timeout, "nccl");
     rank = job->rank();
@@ -590,12 +558,12 @@ void launch_nccl(const LaunchOptions& options, const std::function<void()>& body
     poll_failures = [j = job.get()] { j->poll_failures(); };
   }
 #else
-  if (g_started_by_mpirun) {
+  if (dist::started_by_mpirun()) {
     throw Error("--backend nccl under mpirun needs the Open MPI backend too (it gives ranks and "
                 "broadcasts the NCCL id): install libopenmpi-dev, reconfigure and rebuild");
   }
 #endif
-  if (!g_started_by_mpirun && options.world_size != 1) {
+  if (!dist::started_by_mpirun() && options.world_size != 1) {
     throw Error("--backend nccl runs one rank per process and GPU, started by mpirun: run `mpirun -np " +
                 std::to_string(options.world_size) +
                 " PROGRAM --backend nccl ...`; without mpirun only --world-size 1 runs");
@@ -618,57 +586,19 @@ void launch_nccl(const LaunchOptions& options, const std::function<void()>& body
   LaunchOptions effective = options;
   effective.world_size = size;
   effective.backend = Backend::Nccl;
-  std::exception_ptr error;
-  bool first_hand = false;
-  set_current(backend.get(), &effective);
+  RankOutcome outcome = run_rank_body(*backend, effective, body);
   try {
-    body();
-  } catch (const RankFailedError&) {
-    error = std::current_exception();
+    backend->shutdown(outcome.error != nullptr);
   } catch (...) {
-    error = std::current_exception();
-    first_hand = true;
+    if (!outcome.error) outcome = {std::current_exception(), true};
   }
-  set_current(nullptr, nullptr);
-  try {
-    backend->shutdown(error != nullptr);
-  } catch (...) {
-    if (!error) {
-      error = std::current_exception();
-      first_hand = true;
-    }
-  }
-
 #ifdef DISTLAB_HAVE_MPI
   if (job) {
-    const std::string own = first_hand ? mpi::encode_error(error, rank) : "";
-    if (first_hand) job->notify_failure(own);
-    std::string notice;
-    const int failed_rank = job->finish(first_hand, own, &notice);
-    if (failed_rank < 0) return;
-    if (failed_rank == rank) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const Error& e) {
-        if (std::string(e.what()).rfind("rank ", 0) == 0) throw;
-      } catch (...) {
-      }
-    }
-    mpi::throw_notice(notice);
+    mpi::conclude(*job, outcome);
+    return;
   }
 #endif
-  if (error) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const Error& e) {
-      if (std::string(e.what()).rfind("rank ", 0) == 0) throw;
-      throw Error("rank " + std::to_string(rank) + ": " + e.what());
-    } catch (const std::exception& e) {
-      throw Error("rank " + std::to_string(rank) + ": " + e.what());
-    } catch (...) {
-      throw Error("rank " + std::to_string(rank) + ": unknown exception");
-    }
-  }
+  if (outcome.error) std::rethrow_exception(with_rank_prefix(rank, outcome.error));
 }
 
 }  // namespace dist::detail

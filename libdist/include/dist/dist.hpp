@@ -16,11 +16,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace dist {
@@ -67,28 +69,55 @@ struct LaunchOptions {
   std::string trace_path;           // write a Chrome trace JSON here ("" = off)
 };
 
-/// Reads --world-size/-n N, --backend threads|mpi|nccl, --trace FILE, --timeout-ms MS,
-/// --network flat|two-level, --ranks-per-node G, --latency S, --bandwidth BPS, --reduce-bandwidth BPS.
-/// Unknown arguments are left for the program; a malformed known one throws dist::Error saying why.
-/// Under mpirun (OMPI_COMM_WORLD_SIZE set) the backend defaults to Mpi.
-LaunchOptions options_from_args(int argc, char** argv);
+/// True when this process is one rank of a job that a launcher started: Open MPI's mpirun
+/// (OMPI_COMM_WORLD_SIZE), MPICH/Hydra and other PMI launchers (PMI_SIZE, PMI_RANK), PMIx
+/// (PMIX_RANK) or Slurm's srun (SLURM_STEP_NUM_TASKS). Read once, when the program starts.
+/// The launch flags (--world-size, --backend ...) are parsed by distlab::options_from_args
+/// (<distlab/args.hpp>, the support library); under such a launcher the backend defaults to Mpi.
+bool started_by_mpirun();
 
 // ---------------------------------------------------------------------------------------------
 // Errors. Every message names the rank(s) involved and says what to do.
-struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+/// An error that dist::launch rethrows with the failing rank in front of its message, keeping its
+/// type (dist::Error and its subclasses; the support library's NotImplemented). Derive from
+/// RankError<Self, Base> to make another type behave so.
+struct Rethrowable {
+  virtual ~Rethrowable() = default;
+  /// The same kind of exception with another message.
+  virtual std::exception_ptr with_message(const std::string& message) const = 0;
 };
-struct DeadlockError : Error {   // every unfinished rank blocked in dist with nothing able to complete
-  using Error::Error;
+
+namespace detail {
+struct NoMixin {};
+}  // namespace detail
+
+template <typename Self, typename Base>
+struct RankError : Base,
+                   std::conditional_t<std::is_base_of_v<Rethrowable, Base>, detail::NoMixin, Rethrowable> {
+  using Base::Base;
+  std::exception_ptr with_message(const std::string& message) const override {
+    return std::make_exception_ptr(Self(message));
+  }
 };
-struct TimeoutError : Error {    // one wait lasted longer than LaunchOptions::timeout
-  using Error::Error;
+
+struct Error : RankError<Error, std::runtime_error> {
+  using RankError::RankError;
 };
-struct MismatchError : Error {   // send/recv size or type mismatch; collectives that do not match
-  using Error::Error;
+/// Every unfinished rank blocked in dist with nothing able to complete.
+struct DeadlockError : RankError<DeadlockError, Error> {
+  using RankError::RankError;
 };
-struct RankFailedError : Error { // another rank threw: this rank was woken with this error
-  using Error::Error;
+/// One wait lasted longer than LaunchOptions::timeout.
+struct TimeoutError : RankError<TimeoutError, Error> {
+  using RankError::RankError;
+};
+/// Send/recv size or type mismatch; collectives that do not match.
+struct MismatchError : RankError<MismatchError, Error> {
+  using RankError::RankError;
+};
+/// Another rank threw: this rank was woken with this error.
+struct RankFailedError : RankError<RankFailedError, Error> {
+  using RankError::RankError;
 };
 
 // ---------------------------------------------------------------------------------------------
