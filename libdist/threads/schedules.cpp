@@ -1,12 +1,9 @@
 // Schedules of the built-in collectives (see docs/fake_dist.md, "Built-in collectives").
 //
-// Each schedule is the send/recv program a student would write, run in lock step:
-//   * a blocking send posted at sender clock t starts at ts = max(t, out_free[s]), occupies the
-//     sender's out-link until ts + c and returns at ts + c (c = message_cost(s, d, bytes));
-//   * the matching recv reserves the receiver's in-link: ti = max(ts, in_free[d]), in_free[d] =
-//     ti + c, and the receiver's clock becomes max(clock, ti + c);
-//   * ring steps are "isend to the right, recv from the left (reduce), wait for the isend".
-#include "schedules.hpp"
+// Each schedule is the send/recv program a student would write, run in lock step through the
+// same link model as real messages (link_model.hpp: post, finish the send, receive); ring steps
+// are "isend to the right, recv from the left (reduce), wait for the isend".
+#include "threads/schedules.hpp"
 
 #include <algorithm>
 
@@ -31,7 +28,7 @@ namespace {
 struct Msg {
   int src, dst;
   std::uint64_t bytes;
-  double ts, cost;
+  Transfer wire;
 };
 
 class Replay {
@@ -41,22 +38,17 @@ class Replay {
 
   // The sender posts the message (send or isend): reserves its out-link.
   Msg post(int s, int d, std::uint64_t bytes) {
-    const double c = net_.message_cost(s, d, static_cast<std::size_t>(bytes));
-    const double ts = std::max(st_[s].clock, st_[s].out_free);
-    st_[s].out_free = ts + c;
+    const Transfer wire = post_message(st_[s], net_.message_cost(s, d, static_cast<std::size_t>(bytes)));
     msgs_[s].push_back({d, bytes, true});
-    return {s, d, bytes, ts, c};
+    return {s, d, bytes, wire};
   }
   // The receiver's recv completes: reserves its in-link, advances its clock.
   void receive(const Msg& m) {
-    auto& r = st_[m.dst];
-    const double ti = std::max(m.ts, r.in_free);
-    r.in_free = ti + m.cost;
-    r.clock = std::max(r.clock, ti + m.cost);
+    receive_message(st_[m.dst], m.wire);
     msgs_[m.dst].push_back({m.src, m.bytes, false});
   }
   // The sender's send returns (blocking send, or wait on the isend).
-  void sender_done(const Msg& m) { st_[m.src].clock = std::max(st_[m.src].clock, m.ts + m.cost); }
+  void sender_done(const Msg& m) { finish_send(st_[m.src], m.wire); }
   void reduce(int r, std::uint64_t bytes) { st_[r].clock += net_.reduce_cost(static_cast<std::size_t>(bytes)); }
   // One blocking send matched by one blocking recv.
   void send_recv(int s, int d, std::uint64_t bytes) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dist/dist.hpp"
+#include "threads/link_model.hpp"
 
 namespace dist::detail::fake {
 
@@ -22,13 +23,6 @@ struct MsgRecord {
   int peer;
   std::uint64_t bytes;
   bool sent;
-};
-
-/// Per-rank state of the link model: the rank's clock and when its links become free.
-struct LinkState {
-  double clock = 0;
-  double out_free = 0;
-  double in_free = 0;
 };
 
 /// Replays the schedule of `kind` on p ranks. `state` holds every rank's state on entry (clock =

@@ -201,7 +201,7 @@ void barrier();
 //   all_gather      ring                     (p-1) steps of (alpha + n_in beta)
 //   scatter         binomial tree            ceil(log2 p) alpha + (p-1)/p n_total beta
 //   reduce_scatter  ring                     (p-1) steps of (alpha + n_out beta + n_out gamma)
-// See docs/ for the exact per-rank message lists.
+// See docs/fake_dist.md (section 5.1) for the exact per-rank message lists.
 
 #define DIST_DECLARE_COLLECTIVES(T)                                                        \
   void broadcast(std::span<T> buf, int src);                                               \
@@ -244,20 +244,19 @@ struct Stats {
 Stats stats();
 void reset_stats();
 
-/// This rank's simulated clock in seconds (threads backend; 0 elsewhere). Deterministic: the
-/// same program gives bit-identical times on every run. The model (Hockney, alpha-beta):
-///   * a message of b bytes from s to d occupies s's outgoing link and d's incoming link for
-///     c = message_cost(s, d, b) = alpha + b*beta;
-///   * send/isend posted at sender clock t starts at ts = max(t, out_free[s]); out_free[s] = ts + c;
-///     a blocking send (or wait on an isend) advances the sender's clock to ts + c;
-///   * when the receiver completes the recv (recv returns, or wait() on the irecv), in the order
-///     its recvs complete: ti = max(ts, in_free[d]); in_free[d] = ti + c; arrival = ti + c, and the
-///     receiver's clock becomes max(its clock, arrival);
-///   * sim_compute(s) adds s; built-in reductions charge bytes / reduce_Bps;
+/// This rank's simulated clock in seconds (threads backend; 0 elsewhere). The contract:
+///   * deterministic: the same program gives bit-identical times on every run and machine;
+///   * a message of b bytes from s to d costs c = message_cost(s, d, b) = alpha + b*beta and
+///     holds s's outgoing and d's incoming link for c, one message at a time per link (in the
+///     order the sender posts and the receiver completes them); a send returns once its message
+///     left s's link, a recv once the message arrived, never earlier than the rank's own clock;
+///   * sim_compute(s) adds s; reductions charge bytes / reduce_Bps (sim_reduce, reduce_into);
 ///   * barrier: every clock becomes the max over ranks (it costs nothing else);
 ///   * built-in collectives start at the max of the participants' clocks and charge each rank
-///     the cost of the algorithm they document, computed with the same link model.
-/// Exercises that reduce data locally should call sim_reduce(bytes) to charge gamma.
+///     the cost of the algorithm listed above, under the same link model.
+/// The steps are in libdist/threads/link_model.hpp; the model, with worked examples, in
+/// docs/fake_dist.md (section 4). Exercises that reduce data locally call sim_reduce(bytes)
+/// (reduce_into does) to charge gamma.
 double sim_time();
 /// Charge modelled compute time to this rank's clock (shown as a span in the trace).
 void sim_compute(double seconds, const char* label = "compute");
