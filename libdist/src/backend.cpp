@@ -9,20 +9,23 @@
 
 namespace dist {
 
-namespace {
-// Read once, when the program starts: an MPI singleton (a program started without a launcher)
-// sets some of these variables itself during MPI_Init.
-const bool g_started_by_mpirun = [] {
+bool started_by_mpirun() {
   // Open MPI; MPICH/Hydra and other PMI launchers; PMIx; Slurm's srun (SLURM_NTASKS alone is set
   // for a whole sbatch allocation, also where no srun started this process).
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_STEP_NUM_TASKS"}) {
-    if (std::getenv(var) != nullptr) return true;
-  }
-  return false;
-}();
-}  // namespace
+  static const bool started = [] {
+    for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_STEP_NUM_TASKS"}) {
+      if (std::getenv(var) != nullptr) return true;
+    }
+    return false;
+  }();
+  return started;
+}
 
-bool started_by_mpirun() { return g_started_by_mpirun; }
+namespace {
+// Read when the program starts (or earlier, from another static initialiser): an MPI singleton (a
+// program started without a launcher) sets some of these variables itself during MPI_Init.
+[[maybe_unused]] const bool g_read_at_start = started_by_mpirun();
+}  // namespace
 
 namespace detail {
 namespace {
@@ -116,18 +119,12 @@ Stats fresh_stats(int world_size) {
 }
 
 void count_message(Stats& stats, Direction direction, int peer, std::uint64_t bytes) {
+  const bool sent = direction == Direction::Sent;
   const auto q = static_cast<std::size_t>(peer);
-  if (direction == Direction::Sent) {
-    stats.messages_sent += 1;
-    stats.bytes_sent += bytes;
-    stats.messages_sent_to[q] += 1;
-    stats.bytes_sent_to[q] += bytes;
-  } else {
-    stats.messages_received += 1;
-    stats.bytes_received += bytes;
-    stats.messages_received_from[q] += 1;
-    stats.bytes_received_from[q] += bytes;
-  }
+  (sent ? stats.messages_sent : stats.messages_received) += 1;
+  (sent ? stats.bytes_sent : stats.bytes_received) += bytes;
+  (sent ? stats.messages_sent_to : stats.messages_received_from)[q] += 1;
+  (sent ? stats.bytes_sent_to : stats.bytes_received_from)[q] += bytes;
 }
 
 void check_work_in_launch(bool closed, const std::string& what) {

@@ -190,7 +190,7 @@ void Engine::wait_for_ranks(std::vector<std::thread>& threads) {
           if (!thread_done_[static_cast<std::size_t>(r)]) stuck.push_back(r);
         }
         std::string msg = what_of(first_error_) + " (and rank(s)";
-        for (int r : stuck) msg += " " + std::to_string(r);
+        for (int r : stuck) msg.append(" ").append(std::to_string(r));
         msg += " did not return within " +
                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(grace).count()) +
                " s after that failure: stuck in their own code, so their threads were left running)";

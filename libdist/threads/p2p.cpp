@@ -60,24 +60,15 @@ std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const vo
   {
     std::lock_guard<std::mutex> g(mu_);
     if (failed_) throw_failure_locked();
-    if (is_send) {
-      auto& q = queues_locked(r, peer, tag);
-      if (!q.recvs.empty()) {
-        auto rv = std::move(q.recvs.front());
-        q.recvs.pop_front();
-        match_locked(op, rv);
-      } else {
-        q.sends.push_back(op);
-      }
+    // A send waits in its destination's queue for (r, tag); a recv in its own for (peer, tag).
+    Queues& q = is_send ? queues_locked(r, peer, tag) : queues_locked(peer, r, tag);
+    auto& partners = is_send ? q.recvs : q.sends;
+    if (partners.empty()) {
+      (is_send ? q.sends : q.recvs).push_back(op);
     } else {
-      auto& q = queues_locked(peer, r, tag);
-      if (!q.sends.empty()) {
-        auto sd = std::move(q.sends.front());
-        q.sends.pop_front();
-        match_locked(sd, op);
-      } else {
-        q.recvs.push_back(op);
-      }
+      auto partner = std::move(partners.front());
+      partners.pop_front();
+      is_send ? match_locked(op, partner) : match_locked(partner, op);
     }
     if (!op->error.empty()) fail_locked(r, std::make_exception_ptr(MismatchError(op->error)));
   }
