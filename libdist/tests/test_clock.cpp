@@ -11,9 +11,9 @@
 #include <set>
 #include <unistd.h>
 
-#include "fake_testing.hpp"
+#include "distlab_testing.hpp"
 
-using namespace fake_test;
+using namespace distlab::testing;
 
 namespace {
 
@@ -22,7 +22,7 @@ constexpr double kBw = 1e9;      // bytes/s: 1000 bytes take 1e-6 s
 constexpr double kGammaBw = 2e9; // reduction bytes/s
 
 dist::LaunchOptions clock_opts(int p, double reduce_Bps = 0) {
-  auto o = opts(p);
+  auto o = threads_options(p);
   o.network.latency_s = kAlpha;
   o.network.bandwidth_Bps = kBw;
   o.network.reduce_Bps = reduce_Bps;
@@ -32,7 +32,7 @@ dist::LaunchOptions clock_opts(int p, double reduce_Bps = 0) {
 // Runs body on p ranks and returns every rank's sim_time() at the end.
 std::vector<double> final_times(const dist::LaunchOptions& o, const std::function<void()>& body) {
   std::vector<double> t(static_cast<std::size_t>(o.world_size), -1);
-  run(o, [&] {
+  run_ranks(o, [&] {
     body();
     t[static_cast<std::size_t>(dist::rank())] = dist::sim_time();
   });
@@ -108,7 +108,7 @@ TEST(Clock, IncomingLinkSerialisesInTheOrderRecvsComplete) {
 }
 
 TEST(Clock, TwoLevelNetwork) {
-  auto o = opts(4);
+  auto o = threads_options(4);
   o.network = dist::NetworkModel::two_level(2);  // inside: 1 us + b/100e9; between: 20 us + b/1.25e9
   const auto t = final_times(o, [] {
     std::vector<float> x(2500);  // 10000 bytes
@@ -136,7 +136,7 @@ TEST(Clock, SimComputeSimReduceAndBarrier) {
 }
 
 TEST(Clock, SimComputeRejectsNegativeTime) {
-  expect_error<dist::Error>(opts(1), [] { dist::sim_compute(-1.0); });
+  expect_error<dist::Error>(threads_options(1), [] { dist::sim_compute(-1.0); });
 }
 
 // ---- textbook algorithms written with send/recv -------------------------------------------------------
@@ -198,12 +198,12 @@ TEST(ClosedForms, RingAllReduceWithSendRecvEqualsTheBuiltIn) {
     const double want = 2 * (p - 1) * (kAlpha + bytes / p / kBw) + (p - 1) * (bytes / p / kGammaBw);
     std::vector<double> student(static_cast<std::size_t>(p)), builtin(static_cast<std::size_t>(p));
     std::vector<dist::Stats> s_student(static_cast<std::size_t>(p)), s_builtin(static_cast<std::size_t>(p));
-    Failures failures;
-    run(clock_opts(p, kGammaBw), [&] {
+    RankLog failures;
+    run_ranks(clock_opts(p, kGammaBw), [&] {
       const auto r = static_cast<std::size_t>(dist::rank());
       std::vector<float> v(n, static_cast<float>(r + 1));
       ring_all_reduce(v);
-      if (v[n - 1] != static_cast<float>(p * (p + 1) / 2)) failures.add(dist::rank(), "student ring wrong");
+      if (v[n - 1] != static_cast<float>(p * (p + 1) / 2)) failures.fail(dist::rank(), "student ring wrong");
       student[r] = dist::sim_time();
       s_student[r] = dist::stats();
       dist::barrier();
@@ -285,7 +285,7 @@ TEST(ClosedForms, BuiltinCollectivesChargeTheirDocumentedCosts) {
 TEST(ClosedForms, BuiltinOnTwoLevelNetworkUsesTheSlowLinks) {
   // Ring all-reduce on 4 ranks, 2 per node: every step has a message crossing nodes (1 -> 2 and
   // 3 -> 0), so each step costs the inter-node time.
-  auto o = opts(4);
+  auto o = threads_options(4);
   o.network = dist::NetworkModel::two_level(2);
   const std::size_t n = 4000;  // floats: chunks of 1000 floats = 4000 bytes
   const auto t = final_times(o, [&] {
@@ -337,7 +337,7 @@ TEST(Trace, ValidChromeTraceWithOneTrackPerRank) {
   const auto path = std::filesystem::temp_directory_path() / ("fake_dist_trace_" + std::to_string(::getpid()) + ".json");
   auto o = clock_opts(3);
   o.trace_path = path.string();
-  run(o, [] {
+  run_ranks(o, [] {
     std::vector<float> x(10);
     if (dist::rank() == 0) dist::send(std::span<const float>(x), 1);
     if (dist::rank() == 1) dist::recv(std::span<float>(x), 0);

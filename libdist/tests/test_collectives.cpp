@@ -6,9 +6,9 @@
 #include <numeric>
 #include <tuple>
 
-#include "fake_testing.hpp"
+#include "distlab_testing.hpp"
 
-using namespace fake_test;
+using namespace distlab::testing;
 
 namespace {
 
@@ -38,17 +38,7 @@ T value(int r, std::size_t i, dist::ReduceOp op) {
 // Closed form of the reduction over ranks 0..p-1 at index i.
 template <typename T>
 T reduced(int p, std::size_t i, dist::ReduceOp op) {
-  T acc = value<T>(0, i, op);
-  for (int r = 1; r < p; ++r) {
-    const T v = value<T>(r, i, op);
-    switch (op) {
-      case dist::ReduceOp::Sum:
-      case dist::ReduceOp::Avg: acc = static_cast<T>(acc + v); break;
-      case dist::ReduceOp::Product: acc = static_cast<T>(acc * v); break;
-      case dist::ReduceOp::Min: acc = std::min(acc, v); break;
-      case dist::ReduceOp::Max: acc = std::max(acc, v); break;
-    }
-  }
+  T acc = fold_ranks<T>(op, p, [&](int r) { return value<T>(r, i, op); });
   if (op == dist::ReduceOp::Avg) acc = static_cast<T>(acc / static_cast<T>(p));
   return acc;
 }
@@ -150,14 +140,14 @@ class Collective : public ::testing::TestWithParam<Param> {};
 
 TEST_P(Collective, MatchesClosedFormTwice) {
   const auto [kind, p, count] = GetParam();
-  Failures failures;
-  run(p, [&, kind = kind, count = count] {
+  RankLog failures;
+  run_ranks(threads_options(p), [&, kind = kind, count = count] {
     for (int round = 0; round < 2; ++round) {
       const std::string err = run_and_check<float>(kind, count, dist::ReduceOp::Sum);
-      if (!err.empty()) failures.add(dist::rank(), std::string(kind_name(kind)) + " run " + std::to_string(round + 1) + ": " + err);
+      if (!err.empty()) failures.fail(dist::rank(), std::string(kind_name(kind)) + " run " + std::to_string(round + 1) + ": " + err);
     }
     const auto s = dist::stats();
-    if (s.builtin_collectives != 2) failures.add(dist::rank(), "builtin_collectives = " + std::to_string(s.builtin_collectives));
+    if (s.builtin_collectives != 2) failures.fail(dist::rank(), "builtin_collectives = " + std::to_string(s.builtin_collectives));
   });
   failures.check();
 }
@@ -187,14 +177,14 @@ TYPED_TEST(TypedOps, ReductionsMatchClosedForms) {
   const dist::ReduceOp ops[] = {dist::ReduceOp::Sum, dist::ReduceOp::Product, dist::ReduceOp::Min,
                                 dist::ReduceOp::Max, dist::ReduceOp::Avg};
   for (int p : {1, 3, 4, 7}) {
-    Failures failures;
-    run(p, [&] {
+    RankLog failures;
+    run_ranks(threads_options(p), [&] {
       for (dist::ReduceOp op : ops) {
         for (Kind kind : {Kind::AllReduce, Kind::AllReduceAsync, Kind::Reduce, Kind::ReduceScatter}) {
           for (std::size_t count : {std::size_t{7}, std::size_t{1000}}) {
             const std::string err = run_and_check<T>(kind, count, op);
             if (!err.empty()) {
-              failures.add(dist::rank(), std::string(kind_name(kind)) + "(" + dist::to_string(op) + ", p=" +
+              failures.fail(dist::rank(), std::string(kind_name(kind)) + "(" + dist::to_string(op) + ", p=" +
                                              std::to_string(p) + ", n=" + std::to_string(count) + "): " + err);
             }
           }
@@ -207,11 +197,11 @@ TYPED_TEST(TypedOps, ReductionsMatchClosedForms) {
 
 TYPED_TEST(TypedOps, DataMovementWorksForEveryType) {
   using T = TypeParam;
-  Failures failures;
-  run(5, [&] {
+  RankLog failures;
+  run_ranks(threads_options(5), [&] {
     for (Kind kind : {Kind::Broadcast, Kind::Gather, Kind::AllGather, Kind::Scatter}) {
       const std::string err = run_and_check<T>(kind, 13, dist::ReduceOp::Sum);
-      if (!err.empty()) failures.add(dist::rank(), std::string(kind_name(kind)) + ": " + err);
+      if (!err.empty()) failures.fail(dist::rank(), std::string(kind_name(kind)) + ": " + err);
     }
   });
   failures.check();
@@ -221,8 +211,8 @@ TYPED_TEST(TypedOps, DataMovementWorksForEveryType) {
 
 TEST(InPlace, AllGatherWithInputInsideOutput) {
   for (int p : {1, 2, 5}) {
-    Failures failures;
-    run(p, [&] {
+    RankLog failures;
+    run_ranks(threads_options(p), [&] {
       const int r = dist::rank();
       const std::size_t b = 9;
       std::vector<float> buf(b * static_cast<std::size_t>(p), -1.f);
@@ -234,7 +224,7 @@ TEST(InPlace, AllGatherWithInputInsideOutput) {
         for (std::size_t i = 0; i < b; ++i) want.push_back(value<float>(q, i, dist::ReduceOp::Sum));
       }
       const auto err = mismatch_text(std::span<const float>(buf), std::span<const float>(want));
-      if (!err.empty()) failures.add(r, err);
+      if (!err.empty()) failures.fail(r, err);
     });
     failures.check();
   }
@@ -242,8 +232,8 @@ TEST(InPlace, AllGatherWithInputInsideOutput) {
 
 TEST(InPlace, ReduceScatterWithOutputInsideInput) {
   for (int p : {1, 3, 4}) {
-    Failures failures;
-    run(p, [&] {
+    RankLog failures;
+    run_ranks(threads_options(p), [&] {
       const int r = dist::rank();
       const std::size_t b = 11;
       std::vector<std::int32_t> buf(b * static_cast<std::size_t>(p));
@@ -254,15 +244,15 @@ TEST(InPlace, ReduceScatterWithOutputInsideInput) {
       std::vector<std::int32_t> want;
       for (std::size_t i = 0; i < b; ++i) want.push_back(reduced<std::int32_t>(p, static_cast<std::size_t>(r) * b + i, dist::ReduceOp::Sum));
       const auto err = mismatch_text(std::span<const std::int32_t>(mine), std::span<const std::int32_t>(want));
-      if (!err.empty()) failures.add(r, err);
+      if (!err.empty()) failures.fail(r, err);
     });
     failures.check();
   }
 }
 
 TEST(InPlace, GatherAndScatterAtTheRoot) {
-  Failures failures;
-  run(4, [&] {
+  RankLog failures;
+  run_ranks(threads_options(4), [&] {
     const int r = dist::rank();
     const int root = 2;
     const std::size_t b = 5;
@@ -283,7 +273,7 @@ TEST(InPlace, GatherAndScatterAtTheRoot) {
         for (std::size_t i = 0; i < b; ++i) want.push_back(value<double>(q, i, dist::ReduceOp::Sum));
       }
       const auto err = mismatch_text(std::span<const double>(out), std::span<const double>(want));
-      if (!err.empty()) failures.add(r, "gather: " + err);
+      if (!err.empty()) failures.fail(r, "gather: " + err);
     }
     // scatter: the root's output is its own slot of the input.
     std::vector<double> all(r == root ? b * 4 : 0);
@@ -293,13 +283,13 @@ TEST(InPlace, GatherAndScatterAtTheRoot) {
       std::span<double> a(all);
       dist::scatter(std::span<const double>(a), a.subspan(root * b, b), root);
       for (std::size_t i = 0; i < b; ++i) {
-        if (all[root * b + i] != static_cast<double>(root * b + i)) failures.add(r, "scatter in place changed the root's slot");
+        if (all[root * b + i] != static_cast<double>(root * b + i)) failures.fail(r, "scatter in place changed the root's slot");
       }
     } else {
       dist::scatter(std::span<const double>(all), std::span<double>(mine), root);
       for (std::size_t i = 0; i < b; ++i) {
         if (mine[i] != static_cast<double>(static_cast<std::size_t>(r) * b + i)) {
-          failures.add(r, "scatter: wrong element " + std::to_string(i));
+          failures.fail(r, "scatter: wrong element " + std::to_string(i));
           break;
         }
       }
@@ -309,19 +299,19 @@ TEST(InPlace, GatherAndScatterAtTheRoot) {
 }
 
 TEST(Collectives, ReduceLeavesOtherRanksBuffersUnchanged) {
-  Failures failures;
-  run(5, [&] {
+  RankLog failures;
+  run_ranks(threads_options(5), [&] {
     std::vector<float> v(100, static_cast<float>(dist::rank()));
     dist::reduce(std::span<float>(v), 0, dist::ReduceOp::Max);
     const float want = dist::rank() == 0 ? 4.f : static_cast<float>(dist::rank());
-    if (v[57] != want) failures.add(dist::rank(), "got " + std::to_string(v[57]));
+    if (v[57] != want) failures.fail(dist::rank(), "got " + std::to_string(v[57]));
   });
   failures.check();
 }
 
 TEST(Collectives, AsyncAllReducesOverlapWithPointToPoint) {
-  Failures failures;
-  run(4, [&] {
+  RankLog failures;
+  run_ranks(threads_options(4), [&] {
     const int r = dist::rank();
     const int p = dist::world_size();
     std::vector<float> a(1000, 1.f), b(500, static_cast<float>(r));
@@ -338,23 +328,23 @@ TEST(Collectives, AsyncAllReducesOverlapWithPointToPoint) {
     }
     wb.wait();
     wa.wait();
-    if (a[999] != static_cast<float>(p)) failures.add(r, "a wrong");
-    if (b[0] != static_cast<float>(p - 1)) failures.add(r, "b wrong");
-    if (token[0] != 0) failures.add(r, "token wrong: " + std::to_string(token[0]));
+    if (a[999] != static_cast<float>(p)) failures.fail(r, "a wrong");
+    if (b[0] != static_cast<float>(p - 1)) failures.fail(r, "b wrong");
+    if (token[0] != 0) failures.fail(r, "token wrong: " + std::to_string(token[0]));
   });
   failures.check();
 }
 
 TEST(Collectives, AsyncAndBlockingAllReduceMatchEachOther) {
-  Failures failures;
-  run(3, [&] {
+  RankLog failures;
+  run_ranks(threads_options(3), [&] {
     std::vector<double> v(10, 2.0);
     if (dist::rank() == 1) {
       dist::all_reduce(std::span<double>(v));
     } else {
       dist::all_reduce_async(std::span<double>(v)).wait();
     }
-    if (v[9] != 6.0) failures.add(dist::rank(), "got " + std::to_string(v[9]));
+    if (v[9] != 6.0) failures.fail(dist::rank(), "got " + std::to_string(v[9]));
   });
   failures.check();
 }

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <thread>
 
-#include "fake_testing.hpp"
+#include "distlab_testing.hpp"
 
-using namespace fake_test;
+using namespace distlab::testing;
 
 namespace {
 
@@ -17,7 +17,7 @@ constexpr double kFast = 2.0;  // seconds
 
 TEST(Deadlock, BothSidesSendFirst) {
   double secs = 0;
-  const std::string msg = expect_error<dist::DeadlockError>(opts(2, kLongTimeoutMs), [] {
+  const std::string msg = expect_error<dist::DeadlockError>(threads_options(2, kLongTimeoutMs), [] {
     std::vector<float> x(16), y(16);
     dist::send(std::span<const float>(x), 1 - dist::rank());
     dist::recv(std::span<float>(y), 1 - dist::rank());
@@ -32,7 +32,7 @@ TEST(Deadlock, BothSidesSendFirst) {
 
 TEST(Deadlock, CollectiveOnlySomeRanksCall) {
   double secs = 0;
-  const std::string msg = expect_error<dist::DeadlockError>(opts(3, kLongTimeoutMs), [] {
+  const std::string msg = expect_error<dist::DeadlockError>(threads_options(3, kLongTimeoutMs), [] {
     std::vector<double> v(8, 1.0);
     if (dist::rank() != 1) dist::all_reduce(std::span<double>(v));
   }, &secs);
@@ -44,7 +44,7 @@ TEST(Deadlock, CollectiveOnlySomeRanksCall) {
 
 TEST(Deadlock, CollectiveAgainstPointToPoint) {
   double secs = 0;
-  const std::string msg = expect_error<dist::DeadlockError>(opts(2, kLongTimeoutMs), [] {
+  const std::string msg = expect_error<dist::DeadlockError>(threads_options(2, kLongTimeoutMs), [] {
     std::vector<float> v(4);
     if (dist::rank() == 0) {
       dist::barrier();
@@ -58,13 +58,13 @@ TEST(Deadlock, CollectiveAgainstPointToPoint) {
 }
 
 TEST(Deadlock, RecvFromAFinishedRankAndWrongTag) {
-  std::string msg = expect_error<dist::DeadlockError>(opts(2, kLongTimeoutMs), [] {
+  std::string msg = expect_error<dist::DeadlockError>(threads_options(2, kLongTimeoutMs), [] {
     std::vector<int> v(1);
     if (dist::rank() == 1) dist::recv(std::span<int>(v), 0);
   });
   EXPECT_TRUE(contains(msg, "rank 0 finished")) << msg;
   EXPECT_TRUE(contains(msg, "already finished")) << msg;
-  msg = expect_error<dist::DeadlockError>(opts(2, kLongTimeoutMs), [] {
+  msg = expect_error<dist::DeadlockError>(threads_options(2, kLongTimeoutMs), [] {
     std::vector<int> v(1);
     if (dist::rank() == 0) {
       dist::send(std::span<const int>(v), 1, 3);
@@ -77,7 +77,7 @@ TEST(Deadlock, RecvFromAFinishedRankAndWrongTag) {
 }
 
 TEST(Deadlock, WaitOnAnIrecvNobodySends) {
-  const std::string msg = expect_error<dist::DeadlockError>(opts(3, kLongTimeoutMs), [] {
+  const std::string msg = expect_error<dist::DeadlockError>(threads_options(3, kLongTimeoutMs), [] {
     std::vector<int> v(2);
     if (dist::rank() == 2) {
       dist::Work w = dist::irecv(std::span<int>(v), 0, 5);
@@ -93,7 +93,7 @@ TEST(Deadlock, ReportedWithinASecondOfTheLastRankBlocking) {
   // Rank 1 blocks 300 ms after rank 0; the report must follow quickly.
   std::chrono::steady_clock::time_point last_block;
   double secs = 0;
-  expect_error<dist::DeadlockError>(opts(2, kLongTimeoutMs), [&] {
+  expect_error<dist::DeadlockError>(threads_options(2, kLongTimeoutMs), [&] {
     std::vector<float> x(1);
     if (dist::rank() == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -107,7 +107,7 @@ TEST(Deadlock, ReportedWithinASecondOfTheLastRankBlocking) {
 }
 
 TEST(Mismatch, PointToPointSizes) {
-  const std::string msg = expect_error<dist::MismatchError>(opts(2), [] {
+  const std::string msg = expect_error<dist::MismatchError>(threads_options(2), [] {
     if (dist::rank() == 0) {
       std::vector<float> x(16);
       dist::send(std::span<const float>(x), 1);
@@ -122,7 +122,7 @@ TEST(Mismatch, PointToPointSizes) {
 
 TEST(Mismatch, PointToPointTypesOnBothRanks) {
   std::atomic<int> saw{0};
-  const std::string msg = expect_error<dist::MismatchError>(opts(2), [&] {
+  const std::string msg = expect_error<dist::MismatchError>(threads_options(2), [&] {
     try {
       if (dist::rank() == 0) {
         std::vector<float> x(4);
@@ -142,7 +142,7 @@ TEST(Mismatch, PointToPointTypesOnBothRanks) {
 }
 
 TEST(Mismatch, DifferentCollectives) {
-  const std::string msg = expect_error<dist::MismatchError>(opts(3), [] {
+  const std::string msg = expect_error<dist::MismatchError>(threads_options(3), [] {
     std::vector<float> v(16);
     if (dist::rank() == 2) {
       dist::broadcast(std::span<float>(v), 0);
@@ -156,7 +156,7 @@ TEST(Mismatch, DifferentCollectives) {
 }
 
 TEST(Mismatch, CollectiveCountsAcrossRanks) {
-  const std::string msg = expect_error<dist::MismatchError>(opts(2), [] {
+  const std::string msg = expect_error<dist::MismatchError>(threads_options(2), [] {
     std::vector<float> v(dist::rank() == 0 ? 10 : 12);
     dist::all_reduce(std::span<float>(v));
   });
@@ -165,12 +165,12 @@ TEST(Mismatch, CollectiveCountsAcrossRanks) {
 }
 
 TEST(Mismatch, CollectiveRootsAndOps) {
-  std::string msg = expect_error<dist::MismatchError>(opts(2), [] {
+  std::string msg = expect_error<dist::MismatchError>(threads_options(2), [] {
     std::vector<int> v(3);
     dist::broadcast(std::span<int>(v), dist::rank());
   });
   EXPECT_TRUE(contains(msg, "src=0") && contains(msg, "src=1")) << msg;
-  msg = expect_error<dist::MismatchError>(opts(2), [] {
+  msg = expect_error<dist::MismatchError>(threads_options(2), [] {
     std::vector<int> v(3);
     dist::all_reduce(std::span<int>(v), dist::rank() == 0 ? dist::ReduceOp::Sum : dist::ReduceOp::Max);
   });
@@ -182,7 +182,7 @@ TEST(Exceptions, FirstErrorIsRethrownAndOthersAreWoken) {
   std::string woken_msg;
   std::mutex mu;
   double secs = 0;
-  const std::string msg = expect_error<dist::Error>(opts(4, kLongTimeoutMs), [&] {
+  const std::string msg = expect_error<dist::Error>(threads_options(4, kLongTimeoutMs), [&] {
     try {
       if (dist::rank() == 2) throw std::runtime_error("boom");
       std::vector<float> v(4);
@@ -202,7 +202,7 @@ TEST(Exceptions, FirstErrorIsRethrownAndOthersAreWoken) {
 
 TEST(Exceptions, RankBusyInItsOwnCodeGetsTheErrorAtItsNextCall) {
   std::atomic<bool> got{false};
-  expect_error<dist::Error>(opts(2, kLongTimeoutMs), [&] {
+  expect_error<dist::Error>(threads_options(2, kLongTimeoutMs), [&] {
     if (dist::rank() == 0) throw std::logic_error("first");
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     try {
@@ -217,7 +217,7 @@ TEST(Exceptions, RankBusyInItsOwnCodeGetsTheErrorAtItsNextCall) {
 
 TEST(Exceptions, WorkWaitRethrowsTheOperationsError) {
   std::atomic<int> rethrown{0};
-  expect_error<dist::MismatchError>(opts(2), [&] {
+  expect_error<dist::MismatchError>(threads_options(2), [&] {
     if (dist::rank() == 0) {
       std::vector<int> x(2);
       dist::Work w = dist::isend(std::span<const int>(x), 1);
@@ -242,7 +242,7 @@ TEST(Exceptions, WorkWaitRethrowsTheOperationsError) {
 
 TEST(Exceptions, AsyncWaitRethrowsWhenAnotherRankFailed) {
   std::atomic<bool> got{false};
-  expect_error<dist::Error>(opts(2, kLongTimeoutMs), [&] {
+  expect_error<dist::Error>(threads_options(2, kLongTimeoutMs), [&] {
     std::vector<float> v(4);
     if (dist::rank() == 1) throw std::runtime_error("rank 1 gives up");
     try {
@@ -257,7 +257,7 @@ TEST(Exceptions, AsyncWaitRethrowsWhenAnotherRankFailed) {
 }
 
 TEST(Exceptions, UnwaitedWorkAtTheEndIsAnError) {
-  const std::string msg = expect_error<dist::Error>(opts(2, kLongTimeoutMs), [] {
+  const std::string msg = expect_error<dist::Error>(threads_options(2, kLongTimeoutMs), [] {
     std::vector<float> v(4);
     if (dist::rank() == 0) {
       dist::Work w = dist::irecv(std::span<float>(v), 1);
@@ -270,7 +270,7 @@ TEST(Exceptions, UnwaitedWorkAtTheEndIsAnError) {
 
 TEST(Timeout, RankStuckInItsOwnCode) {
   double secs = 0;
-  const std::string msg = expect_error<dist::TimeoutError>(opts(2, 300), [] {
+  const std::string msg = expect_error<dist::TimeoutError>(threads_options(2, 300), [] {
     std::vector<float> v(4);
     if (dist::rank() == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -287,7 +287,7 @@ TEST(Timeout, RankStuckInItsOwnCode) {
 
 TEST(Timeout, PollingIsCompletedForever) {
   double secs = 0;
-  const std::string msg = expect_error<dist::TimeoutError>(opts(2, 300), [] {
+  const std::string msg = expect_error<dist::TimeoutError>(threads_options(2, 300), [] {
     std::vector<float> v(2);
     if (dist::rank() == 0) {
       dist::Work w = dist::irecv(std::span<float>(v), 1, 9);
@@ -304,18 +304,18 @@ TEST(BadArguments, WorldSizeBelowOne) {
 }
 
 TEST(BadArguments, PeerOutOfRange) {
-  std::string msg = expect_error<dist::Error>(opts(2), [] {
+  std::string msg = expect_error<dist::Error>(threads_options(2), [] {
     std::vector<float> v(1);
     if (dist::rank() == 0) dist::send(std::span<const float>(v), 2);
   });
   EXPECT_TRUE(contains(msg, "rank 0: send(dst=2)")) << msg;
   EXPECT_TRUE(contains(msg, "[0, 2)")) << msg;
-  msg = expect_error<dist::Error>(opts(2), [] {
+  msg = expect_error<dist::Error>(threads_options(2), [] {
     std::vector<float> v(1);
     dist::recv(std::span<float>(v), -1);
   });
   EXPECT_TRUE(contains(msg, "src=-1")) << msg;
-  msg = expect_error<dist::Error>(opts(3), [] {
+  msg = expect_error<dist::Error>(threads_options(3), [] {
     std::vector<float> v(1);
     dist::broadcast(std::span<float>(v), 3);
   });
@@ -323,22 +323,22 @@ TEST(BadArguments, PeerOutOfRange) {
 }
 
 TEST(BadArguments, GatherScatterSizes) {
-  std::string msg = expect_error<dist::Error>(opts(3), [] {
+  std::string msg = expect_error<dist::Error>(threads_options(3), [] {
     std::vector<float> in(2), out(5);
     dist::gather(std::span<const float>(in), std::span<float>(out), 0);
   });
   EXPECT_TRUE(contains(msg, "rank 0: gather: out has 5 elements but must have 6")) << msg;
-  msg = expect_error<dist::Error>(opts(3), [] {
+  msg = expect_error<dist::Error>(threads_options(3), [] {
     std::vector<float> in(4), out(2);
     dist::scatter(std::span<const float>(in), std::span<float>(out), 1);
   });
   EXPECT_TRUE(contains(msg, "scatter: in has 4 elements but must have 6")) << msg;
-  msg = expect_error<dist::Error>(opts(2), [] {
+  msg = expect_error<dist::Error>(threads_options(2), [] {
     std::vector<float> in(2), out(3);
     dist::all_gather(std::span<const float>(in), std::span<float>(out));
   });
   EXPECT_TRUE(contains(msg, "all_gather")) << msg;
-  msg = expect_error<dist::Error>(opts(2), [] {
+  msg = expect_error<dist::Error>(threads_options(2), [] {
     std::vector<float> in(3), out(2);
     dist::reduce_scatter(std::span<const float>(in), std::span<float>(out));
   });
@@ -346,12 +346,12 @@ TEST(BadArguments, GatherScatterSizes) {
 }
 
 TEST(BadArguments, NegativeTagAndTimeout) {
-  const std::string msg = expect_error<dist::Error>(opts(2), [] {
+  const std::string msg = expect_error<dist::Error>(threads_options(2), [] {
     std::vector<float> v(1);
     dist::send(std::span<const float>(v), 1 - dist::rank(), -1);
   });
   EXPECT_TRUE(contains(msg, "tag")) << msg;
-  auto o = opts(2);
+  auto o = threads_options(2);
   o.timeout = std::chrono::milliseconds(0);
   EXPECT_THROW(dist::launch(o, [] {}), dist::Error);
 }

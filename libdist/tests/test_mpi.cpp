@@ -4,6 +4,7 @@
 // Expectations are closed forms, the same ones the threads backend's tests use.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -12,18 +13,13 @@
 #include <vector>
 
 #include "dist/dist.hpp"
+#include "distlab_testing.hpp"
 
 namespace {
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
-// Read when the program starts (an MPI singleton sets some of these itself once MPI is up).
-const bool g_under_mpirun = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
-                            std::getenv("PMI_SIZE") != nullptr;
-const int g_job_size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 1));
-const int g_job_rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMI_RANK", 0));
+// Read when the program starts (an MPI singleton sets some of the launcher's variables itself).
+const int g_job_size = std::max(1, distlab::testing::mpi_job_size());
+const int g_job_rank = distlab::testing::mpi_job_rank();
 int job_size() { return g_job_size; }
 int job_rank() { return g_job_rank; }
 
@@ -44,20 +40,7 @@ void run(const std::function<void()>& body, int timeout_ms = 20000) {
   }
 }
 
-template <typename T>
-::testing::AssertionResult equal_elements(const std::vector<T>& got, const std::vector<T>& want) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << ", expected " << want.size();
-  }
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (got[i] != want[i]) {
-      return ::testing::AssertionFailure()
-             << "rank " << dist::rank() << ": first wrong element at index " << i << " of "
-             << got.size() << ": got " << +got[i] << ", expected " << +want[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using distlab::testing::elements_near;
 
 // Rank r's input element i: small integers, exact in every type, so any summation order gives the
 // same result (MPI's algorithms and the threads backend's must agree bit for bit).
@@ -68,17 +51,7 @@ T input(int r, std::size_t i) {
 
 template <typename T>
 T expected(dist::ReduceOp op, int p, std::size_t i) {
-  T acc = input<T>(0, i);
-  for (int r = 1; r < p; ++r) {
-    const T x = input<T>(r, i);
-    switch (op) {
-      case dist::ReduceOp::Sum:
-      case dist::ReduceOp::Avg: acc = static_cast<T>(acc + x); break;
-      case dist::ReduceOp::Product: acc = static_cast<T>(acc * x); break;
-      case dist::ReduceOp::Min: acc = std::min(acc, x); break;
-      case dist::ReduceOp::Max: acc = std::max(acc, x); break;
-    }
-  }
+  T acc = distlab::testing::fold_ranks<T>(op, p, [&](int r) { return input<T>(r, i); });
   if (op == dist::ReduceOp::Avg) acc = static_cast<T>(acc / static_cast<T>(p));
   return acc;
 }
@@ -142,7 +115,7 @@ TYPED_TEST(MpiTyped, RingOfIsendAndRecvDeliversEveryCount) {
         w.wait();
         std::vector<T> want(n);
         for (std::size_t i = 0; i < n; ++i) want[i] = message_value<T>(left, i);
-        EXPECT_TRUE(equal_elements(in, want)) << "count " << n;
+        EXPECT_TRUE(elements_near(in, want)) << "count " << n;
       }
     }
   });
@@ -161,7 +134,7 @@ TEST(Mpi, BlockingSendRecvBetweenPartners) {
       dist::recv(std::span<double>(in), partner);
       dist::send(std::span<const double>(out), partner);
     }
-    EXPECT_TRUE(equal_elements(in, std::vector<double>(100, 0.5 + partner)));
+    EXPECT_TRUE(elements_near(in, std::vector<double>(100, 0.5 + partner)));
   });
 }
 
@@ -179,8 +152,8 @@ TEST(Mpi, TagsMatchOutOfOrder) {
       std::vector<std::int32_t> a(3), b(2);
       dist::recv(std::span<std::int32_t>(b), 0, 2);  // the later message first
       dist::recv(std::span<std::int32_t>(a), 0, 1);
-      EXPECT_TRUE(equal_elements(a, {1, 1, 1}));
-      EXPECT_TRUE(equal_elements(b, {2, 2}));
+      EXPECT_TRUE(elements_near(a, {1, 1, 1}));
+      EXPECT_TRUE(elements_near(b, {2, 2}));
     }
   });
 }
@@ -198,7 +171,7 @@ TEST(Mpi, WorkCompletesAndMayBeWaitedTwice) {
     rw.wait();
     rw.wait();
     sw.wait();
-    EXPECT_TRUE(equal_elements(in, std::vector<std::int64_t>(10, (r + p - 1) % p)));
+    EXPECT_TRUE(elements_near(in, std::vector<std::int64_t>(10, (r + p - 1) % p)));
     dist::Work empty;
     EXPECT_TRUE(empty.is_completed());
   });
@@ -214,7 +187,7 @@ TYPED_TEST(MpiTyped, BroadcastFromEveryRoot) {
       for (std::size_t n : kCounts) {
         std::vector<T> buf = r == root ? inputs<T>(root, n) : std::vector<T>(n, T{0});
         dist::broadcast(std::span<T>(buf), root);
-        EXPECT_TRUE(equal_elements(buf, inputs<T>(root, n))) << "root " << root << " count " << n;
+        EXPECT_TRUE(elements_near(buf, inputs<T>(root, n))) << "root " << root << " count " << n;
       }
     }
   });
@@ -229,12 +202,12 @@ TYPED_TEST(MpiTyped, AllReduceEveryOpTwice) {
         for (std::size_t n : kCounts) {
           auto buf = inputs<T>(r, n);
           dist::all_reduce(std::span<T>(buf), op);
-          EXPECT_TRUE(equal_elements(buf, expecteds<T>(op, p, n)))
+          EXPECT_TRUE(elements_near(buf, expecteds<T>(op, p, n)))
               << to_string(op) << " count " << n;
           auto buf2 = inputs<T>(r, n);
           auto w = dist::all_reduce_async(std::span<T>(buf2), op);
           w.wait();
-          EXPECT_TRUE(equal_elements(buf2, expecteds<T>(op, p, n)))
+          EXPECT_TRUE(elements_near(buf2, expecteds<T>(op, p, n)))
               << "async " << to_string(op) << " count " << n;
         }
       }
@@ -252,7 +225,7 @@ TYPED_TEST(MpiTyped, ReduceToEveryRoot) {
         auto buf = inputs<T>(r, n);
         dist::reduce(std::span<T>(buf), root, op);
         if (r == root) {
-          EXPECT_TRUE(equal_elements(buf, expecteds<T>(op, p, n)))
+          EXPECT_TRUE(elements_near(buf, expecteds<T>(op, p, n)))
               << to_string(op) << " root " << root;
         }
       }
@@ -276,17 +249,17 @@ TYPED_TEST(MpiTyped, GatherScatterAllGatherReduceScatter) {
         std::vector<T> out(r == root ? n * up : 0);
         dist::gather(std::span<const T>(mine), std::span<T>(out), root);
         if (r == root) {
-          EXPECT_TRUE(equal_elements(out, all)) << "gather root " << root;
+          EXPECT_TRUE(elements_near(out, all)) << "gather root " << root;
         }
 
         std::vector<T> part(n);
         std::vector<T> src = r == root ? all : std::vector<T>{};
         dist::scatter(std::span<const T>(src), std::span<T>(part), root);
-        EXPECT_TRUE(equal_elements(part, mine)) << "scatter root " << root;
+        EXPECT_TRUE(elements_near(part, mine)) << "scatter root " << root;
       }
       std::vector<T> everything(n * up);
       dist::all_gather(std::span<const T>(mine), std::span<T>(everything));
-      EXPECT_TRUE(equal_elements(everything, all)) << "all_gather count " << n;
+      EXPECT_TRUE(elements_near(everything, all)) << "all_gather count " << n;
 
       for (auto op : kOps) {
         // Every rank contributes p blocks; block q of rank r is inputs(r, n) shifted by q.
@@ -297,7 +270,7 @@ TYPED_TEST(MpiTyped, GatherScatterAllGatherReduceScatter) {
         dist::reduce_scatter(std::span<const T>(in), std::span<T>(out), op);
         std::vector<T> want(n);
         for (std::size_t i = 0; i < n; ++i) want[i] = expected<T>(op, p, i + r);
-        EXPECT_TRUE(equal_elements(out, want)) << "reduce_scatter " << to_string(op) << " count " << n;
+        EXPECT_TRUE(elements_near(out, want)) << "reduce_scatter " << to_string(op) << " count " << n;
       }
     }
   });
@@ -415,7 +388,7 @@ TEST(Mpi, WithoutMpirunOnlyWorldSizeOneRuns) {
   // (a singleton) it is refused with a message that says how to start the job.
   dist::LaunchOptions o = mpi_options();
   o.world_size = 3;
-  const bool under_mpirun = g_under_mpirun;
+  const bool under_mpirun = dist::started_by_mpirun();
   try {
     dist::launch(o, [] {});
     EXPECT_TRUE(under_mpirun) << "world size 3 without mpirun should be refused";

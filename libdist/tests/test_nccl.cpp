@@ -5,6 +5,7 @@
 // checks as the threads and MPI tests apply unchanged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -12,15 +13,12 @@
 #include <vector>
 
 #include "dist/dist.hpp"
+#include "distlab_testing.hpp"
 
 namespace {
 
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
-const int g_job_size = env_int("OMPI_COMM_WORLD_SIZE", env_int("PMI_SIZE", 1));
-const int g_job_rank = env_int("OMPI_COMM_WORLD_RANK", env_int("PMI_RANK", 0));
+const int g_job_size = std::max(1, distlab::testing::mpi_job_size());
+const int g_job_rank = distlab::testing::mpi_job_rank();
 
 /// Why the NCCL tests cannot run here ("" when they can): an empty launch, whose "no CUDA GPU"
 /// error (cudaGetDeviceCount failed or found none) turns into a skip. Any other error fails.

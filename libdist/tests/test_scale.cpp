@@ -2,9 +2,9 @@
 // a 64-rank point-to-point ring. Each must take seconds at most (waits sleep, they do not spin).
 #include <chrono>
 
-#include "fake_testing.hpp"
+#include "distlab_testing.hpp"
 
-using namespace fake_test;
+using namespace distlab::testing;
 
 namespace {
 
@@ -13,15 +13,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 TEST(Scale, SixtyFourRanksTwentyAllReduces) {
-  Failures failures;
+  RankLog failures;
   const auto t0 = std::chrono::steady_clock::now();
-  run(64, [&] {
+  run_ranks(threads_options(64), [&] {
     std::vector<float> v(1000);
     for (int i = 0; i < 20; ++i) {
       std::fill(v.begin(), v.end(), static_cast<float>(dist::rank() + i));
       dist::all_reduce(std::span<float>(v));
       const float want = static_cast<float>(64 * 63 / 2 + 64 * i);
-      if (v[999] != want) failures.add(dist::rank(), "iteration " + std::to_string(i) + ": got " + std::to_string(v[999]));
+      if (v[999] != want) failures.fail(dist::rank(), "iteration " + std::to_string(i) + ": got " + std::to_string(v[999]));
     }
   });
   failures.check();
@@ -31,14 +31,14 @@ TEST(Scale, SixtyFourRanksTwentyAllReduces) {
 }
 
 TEST(Scale, TwoHundredFiftySixRanksBarriersAndAllReduce) {
-  Failures failures;
+  RankLog failures;
   const auto t0 = std::chrono::steady_clock::now();
-  run(256, [&] {
+  run_ranks(threads_options(256), [&] {
     for (int i = 0; i < 10; ++i) dist::barrier();
     std::vector<std::int64_t> v(1000, dist::rank());
     dist::all_reduce(std::span<std::int64_t>(v));
-    if (v[0] != 256 * 255 / 2) failures.add(dist::rank(), "got " + std::to_string(v[0]));
-    if (dist::stats().barriers != 10) failures.add(dist::rank(), "barriers not counted");
+    if (v[0] != 256 * 255 / 2) failures.fail(dist::rank(), "got " + std::to_string(v[0]));
+    if (dist::stats().barriers != 10) failures.fail(dist::rank(), "barriers not counted");
   });
   failures.check();
   const double s = seconds_since(t0);
@@ -47,9 +47,9 @@ TEST(Scale, TwoHundredFiftySixRanksBarriersAndAllReduce) {
 }
 
 TEST(Scale, SixtyFourRankPointToPointRing) {
-  Failures failures;
+  RankLog failures;
   const auto t0 = std::chrono::steady_clock::now();
-  run(64, [&] {
+  run_ranks(threads_options(64), [&] {
     const int r = dist::rank(), p = dist::world_size();
     std::vector<int> token(16, r);
     for (int round = 0; round < 10; ++round) {
@@ -64,7 +64,7 @@ TEST(Scale, SixtyFourRankPointToPointRing) {
       }
     }
     // After 10 shifts to the right every rank holds the token of rank r - 10.
-    if (token[0] != (r - 10 + p) % p) failures.add(r, "got " + std::to_string(token[0]));
+    if (token[0] != (r - 10 + p) % p) failures.fail(r, "got " + std::to_string(token[0]));
   });
   failures.check();
   EXPECT_LT(seconds_since(t0), kTsan ? 60.0 : 10.0);
@@ -72,7 +72,7 @@ TEST(Scale, SixtyFourRankPointToPointRing) {
 
 TEST(Scale, DeadlockAmongManyRanksIsFoundQuickly) {
   double secs = 0;
-  const std::string msg = expect_error<dist::DeadlockError>(opts(64, 20000), [] {
+  const std::string msg = expect_error<dist::DeadlockError>(threads_options(64, 20000), [] {
     std::vector<float> x(1);
     dist::recv(std::span<float>(x), (dist::rank() + 1) % 64);
   }, &secs);
