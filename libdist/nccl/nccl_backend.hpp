@@ -1,6 +1,7 @@
-// The NCCL backend: one rank per process and GPU (nccl_backend.cpp: point-to-point and
-// collectives; nccl_ops.cpp: buffers and completion; nccl_launch.cpp: the job and launch_nccl). Plain C++ against the CUDA runtime API and NCCL
-// (no .cu files, so nvcc is not needed to build it).
+// The NCCL backend: one rank per process and GPU. Plain C++ against the CUDA runtime API and NCCL
+// (no .cu files, so nvcc is not needed to build it). Files: this header (checks, type and op
+// maps, the backend class), nccl_backend.cpp (point-to-point and collectives), nccl_ops.cpp
+// (buffers and completion), nccl_launch.cpp (the job and launch_nccl).
 //
 // Job: under mpirun, MPI gives rank and size and broadcasts the ncclUniqueId (needs the Open MPI
 // backend built too); without mpirun the world size is 1. The device is local rank % GPUs seen

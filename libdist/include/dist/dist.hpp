@@ -100,6 +100,7 @@ struct RankError : Base,
   }
 };
 
+/// The base of every error dist throws.
 struct Error : RankError<Error, std::runtime_error> {
   using RankError::RankError;
 };
