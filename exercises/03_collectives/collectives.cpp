@@ -110,18 +110,18 @@ void reduce_tree(std::span<float> buf, int dst, dist::ReduceOp op) {
 }
 
 // =============================================================================================
-// allreduce_naive (everything through rank 0)
+// all_reduce_naive (everything through rank 0)
 //   Every rank r > 0 sends its buffer to rank 0 and waits for the result; rank 0 receives from
 //   1, 2, ..., p-1, reduces each into buf, (Avg: divides by p) and sends the result to 1, ..., p-1.
 //   Rounds: 2(p-1) messages through rank 0's links, one after the other.
 //   Bytes: rank 0 receives (p-1) n and sends (p-1) n; every other rank sends and receives n.
 //   Time: 2(p-1)(alpha + n beta) + (p-1) n gamma (reductions overlap arrivals only if cheaper).
-void allreduce_naive(std::span<float> buf, dist::ReduceOp op) {
+void all_reduce_naive(std::span<float> buf, dist::ReduceOp op) {
   DISTLAB_TODO("ranks > 0 send buf to rank 0 and receive the result back; rank 0 receives and reduces every buffer (reduce_into; Avg: divide by p), then sends the result to every rank");
 }
 
 // =============================================================================================
-// allreduce_butterfly (recursive doubling)
+// all_reduce_butterfly (recursive doubling)
 //   Let q = floor_pow2(p) and rest = p - q.
 //   1. Fold in: rank r >= q sends its buffer to r - q and waits for step 3; rank r < rest
 //      receives it and reduces it in.
@@ -132,12 +132,12 @@ void allreduce_naive(std::span<float> buf, dist::ReduceOp op) {
 //   Rounds: log2 q exchanges (+ 2 messages when p is not a power of two).
 //   Bytes: each rank of the butterfly sends and receives n per round.
 //   Time: log2(p)(alpha + n beta + n gamma) for p a power of two.
-void allreduce_butterfly(std::span<float> buf, dist::ReduceOp op) {
+void all_reduce_butterfly(std::span<float> buf, dist::ReduceOp op) {
   DISTLAB_TODO("fold ranks >= q = floor_pow2(p) into rank - q; among the first q ranks, for m = 1, 2, 4...: exchange buf with rank XOR m (isend + recv + wait) and reduce_into; Avg: divide by p; send the result back to the folded ranks");
 }
 
 // =============================================================================================
-// allreduce_ring (reduce-scatter + all-gather, in place)
+// all_reduce_ring (reduce-scatter + all-gather, in place)
 //   Cut buf into p chunks with shard_range. right = rank+1, left = rank-1 (mod p).
 //   Reduce-scatter, steps s = 0..p-2: send chunk (rank - s) to the right, receive chunk
 //   (rank - s - 1) from the left into a scratch buffer (both at once: isend, recv, wait) and
@@ -148,7 +148,7 @@ void allreduce_butterfly(std::span<float> buf, dist::ReduceOp op) {
 //   Rounds: 2(p-1) steps; in every step all links work at once.
 //   Bytes: each rank sends 2(p-1) chunks of about n/p to its right neighbour only.
 //   Time: 2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma.
-void allreduce_ring(std::span<float> buf, dist::ReduceOp op) {
+void all_reduce_ring(std::span<float> buf, dist::ReduceOp op) {
   DISTLAB_TODO("cut buf into p chunks (shard_range); reduce-scatter: p-1 steps of isend one chunk right, recv another from the left, reduce_into; then all-gather: p-1 steps passing the reduced chunks around the ring");
 }
 

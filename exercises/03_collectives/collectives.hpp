@@ -109,7 +109,7 @@ void reduce_tree(std::span<float> buf, int dst, dist::ReduceOp op);
 /// Naive, through rank 0: every rank sends its buffer to rank 0, which reduces them and sends
 /// the result back to every rank. Rank 0 receives p-1 and sends p-1 messages.
 /// Time 2(p-1)(alpha + n beta) + (p-1) n gamma (when gamma is the bottleneck, see reduce_naive).
-void allreduce_naive(std::span<float> buf, dist::ReduceOp op);
+void all_reduce_naive(std::span<float> buf, dist::ReduceOp op);
 
 /// Butterfly (recursive doubling): for p a power of two, in round k every rank exchanges its
 /// whole buffer with rank XOR 2^k and reduces; after log2 p rounds every rank holds the result.
@@ -117,7 +117,7 @@ void allreduce_naive(std::span<float> buf, dist::ReduceOp op);
 /// it in), the first q ranks run the butterfly, and r - q sends the result back to r.
 /// Time log2(p)(alpha + n beta + n gamma) for p a power of two; otherwise
 /// (floor(log2 p) + 2)(alpha + n beta) + (floor(log2 p) + 1) n gamma.
-void allreduce_butterfly(std::span<float> buf, dist::ReduceOp op);
+void all_reduce_butterfly(std::span<float> buf, dist::ReduceOp op);
 
 /// Ring: reduce-scatter then all-gather, in place, on p chunks of buf (shard_range).
 /// Reduce-scatter: in p-1 steps every rank sends one chunk to its right neighbour, receives
@@ -125,7 +125,7 @@ void allreduce_butterfly(std::span<float> buf, dist::ReduceOp op);
 /// All-gather: in p-1 more steps the reduced chunks travel around the ring.
 /// Every rank sends 2(p-1) messages of about n/p bytes, only to its right neighbour.
 /// Time 2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma: bandwidth-optimal.
-void allreduce_ring(std::span<float> buf, dist::ReduceOp op);
+void all_reduce_ring(std::span<float> buf, dist::ReduceOp op);
 
 // ---------------------------------------------------------------------------------------------
 // Gather and all-gather: rank r's `in` lands at out[r*m, (r+1)*m), m = in.size() (the same on

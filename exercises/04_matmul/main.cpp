@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "dist/dist.hpp"
-#include "distlab/args.hpp"
+#include "distlab/cli.hpp"
 #include "distlab/timing.hpp"
 #include "matmul.hpp"
 

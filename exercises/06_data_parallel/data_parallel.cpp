@@ -21,7 +21,7 @@ bool check_parameter_closeness(const mlp::MLP& model, float rtol) {
   DISTLAB_TODO("flatten this rank's parameters; dist::gather them on rank 0; rank 0 compares each rank's copy with its own; dist::broadcast the answer (an int32) from rank 0; return it");
 }
 
-void allreduce_gradients(mlp::MLP& model) {
+void all_reduce_gradients(mlp::MLP& model) {
   DISTLAB_TODO("for every parameter: dist::all_reduce its grad with ReduceOp::Avg (dist::as_span turns a matrix into a span)");
 }
 

@@ -10,7 +10,7 @@
 //   1. global_batch_index: which batch rank r trains on at step s (the kit's DDP wrapper, ddp.hpp,
 //      then trains data-parallel).
 //   2. check_parameter_closeness: are all replicas still the same?
-//   3. allreduce_gradients: manual data parallelism, averaging gradients after backward.
+//   3. all_reduce_gradients: manual data parallelism, averaging gradients after backward.
 //   4. MyDP: broadcast at construction, gradient hooks that start asynchronous all-reduces of
 //      buckets of gradients while backward is still running, and finish_gradient_sync.
 #pragma once
@@ -38,7 +38,7 @@ bool check_parameter_closeness(const mlp::MLP& model, float rtol);
 
 /// Task 3. After backward: replace every gradient by its mean over the ranks (not the sum: the
 /// loss is a mean over the batch, so the global loss is the mean over the ranks' losses).
-void allreduce_gradients(mlp::MLP& model);
+void all_reduce_gradients(mlp::MLP& model);
 
 /// PyTorch's default bucket size (25 MiB).
 inline constexpr std::size_t kDefaultBucketCap = 25u << 20;

@@ -38,13 +38,31 @@ void ComputeModel::charge_forward() const {
 const char* to_string(Sync s) {
   switch (s) {
     case Sync::Kit: return "kit DDP";
-    case Sync::Manual: return "allreduce_gradients after backward";
+    case Sync::Manual: return "all_reduce_gradients after backward";
     case Sync::MyDP: return "MyDP (buckets, overlap)";
   }
   return "?";
 }
 
-float dp_step(Sync mode, void* wrapper, mlp::MLP& model, mlp::SGD& opt, const mlp::Matrix& x,
+SyncWrapper::SyncWrapper(mlp::MLP& model, Sync mode, std::size_t bucket_cap_bytes) {
+  if (mode == Sync::Kit) {
+    kit_ = std::make_unique<KitDDP>(model);
+  } else if (mode == Sync::MyDP) {
+    mine_ = std::make_unique<MyDP>(model, bucket_cap_bytes);
+  } else {
+    for (mlp::Parameter* p : model.parameters()) dist::broadcast(dist::as_span(p->value), 0);
+  }
+}
+
+SyncWrapper::~SyncWrapper() = default;
+
+GradientSync SyncWrapper::sync() const {
+  if (kit_) return kit_.get();
+  if (mine_) return mine_.get();
+  return ManualAllReduce{};
+}
+
+float dp_step(const GradientSync& sync, mlp::MLP& model, mlp::SGD& opt, const mlp::Matrix& x,
               const mlp::Labels& y, mlp::Matrix& probs, mlp::Matrix& dlogits,
               const ComputeModel* compute) {
   if (compute) compute->charge_forward();
@@ -52,11 +70,13 @@ float dp_step(Sync mode, void* wrapper, mlp::MLP& model, mlp::SGD& opt, const ml
   const float loss = mlp::softmax_cross_entropy_forward(logits, y, probs);
   mlp::softmax_cross_entropy_backward(probs, y, dlogits);
   model.backward(dlogits);
-  switch (mode) {
-    case Sync::Kit: static_cast<KitDDP*>(wrapper)->finish_gradient_sync(); break;
-    case Sync::Manual: allreduce_gradients(model); break;
-    case Sync::MyDP: static_cast<MyDP*>(wrapper)->finish_gradient_sync(); break;
-  }
+  struct Finish {
+    mlp::MLP& model;
+    void operator()(ManualAllReduce) const { all_reduce_gradients(model); }
+    void operator()(KitDDP* kit) const { kit->finish_gradient_sync(); }
+    void operator()(MyDP* mine) const { mine->finish_gradient_sync(); }
+  };
+  std::visit(Finish{model}, sync);
   opt.step();
   return loss;
 }
@@ -70,18 +90,7 @@ std::vector<mlp::LogLine> train_data_parallel(const mlp::Config& c, const datase
   mlp::MLP model(c, c.seed + 2 + static_cast<std::uint64_t>(rank));
   std::unique_ptr<ComputeModel> compute;
   if (o.compute_flops_per_s > 0) compute = std::make_unique<ComputeModel>(model, c.batch_size, o.compute_flops_per_s);
-  std::unique_ptr<KitDDP> kit;
-  std::unique_ptr<MyDP> mine;
-  void* wrapper = nullptr;
-  if (o.sync == Sync::Kit) {
-    kit = std::make_unique<KitDDP>(model);
-    wrapper = kit.get();
-  } else if (o.sync == Sync::MyDP) {
-    mine = std::make_unique<MyDP>(model, o.bucket_cap_bytes);
-    wrapper = mine.get();
-  } else {
-    for (mlp::Parameter* p : model.parameters()) dist::broadcast(dist::as_span(p->value), 0);
-  }
+  const SyncWrapper wrapper(model, o.sync, o.bucket_cap_bytes);
   mlp::SGD opt(model.parameters(), c.learning_rate);
   const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
   mlp::Matrix x, probs, dlogits;
@@ -93,7 +102,7 @@ std::vector<mlp::LogLine> train_data_parallel(const mlp::Config& c, const datase
   for (int step = 0; step < c.niters; ++step) {
     loader.load(global_batch_index(step, rank, world), x, y);
     distlab::Stopwatch sw;
-    loss_sum += dp_step(o.sync, wrapper, model, opt, x, y, probs, dlogits, compute.get());
+    loss_sum += dp_step(wrapper.sync(), model, opt, x, y, probs, dlogits, compute.get());
     times.push_back(sw.elapsed_ms());
     ++loss_count;
     if (step % c.log_every == 0 || step == c.niters - 1) {

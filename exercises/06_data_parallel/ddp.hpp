@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
+#include <variant>
 #include <vector>
 
 #include "data_parallel.hpp"
@@ -47,10 +49,28 @@ class ComputeModel {
 enum class Sync { Kit, Manual, MyDP };
 const char* to_string(Sync s);
 
+/// Who synchronises the gradients of a data-parallel step: all_reduce_gradients after backward
+/// (ManualAllReduce), the kit's DDP or the student's MyDP.
+struct ManualAllReduce {};
+using GradientSync = std::variant<ManualAllReduce, KitDDP*, MyDP*>;
+
+/// The gradient synchronisation `mode` names for this rank's model: builds the kit's DDP or MyDP
+/// (with `bucket_cap_bytes`) around it; for Manual, broadcasts rank 0's weights itself (what the
+/// wrappers do when they are built). sync() is what dp_step takes; keep this alive as long.
+class SyncWrapper {
+ public:
+  SyncWrapper(mlp::MLP& model, Sync mode, std::size_t bucket_cap_bytes);
+  ~SyncWrapper();
+  GradientSync sync() const;
+
+ private:
+  std::unique_ptr<KitDDP> kit_;
+  std::unique_ptr<MyDP> mine_;
+};
+
 /// One data-parallel training step on this rank's batch (x, y): forward, loss, backward,
-/// gradient sync, SGD. `sync` is KitDDP*, nullptr (Manual: allreduce_gradients) or MyDP*
-/// according to mode. Returns this rank's batch loss.
-float dp_step(Sync mode, void* wrapper, mlp::MLP& model, mlp::SGD& opt, const mlp::Matrix& x,
+/// gradient sync by `sync`, SGD. Returns this rank's batch loss.
+float dp_step(const GradientSync& sync, mlp::MLP& model, mlp::SGD& opt, const mlp::Matrix& x,
               const mlp::Labels& y, mlp::Matrix& probs, mlp::Matrix& dlogits,
               const ComputeModel* compute = nullptr);
 

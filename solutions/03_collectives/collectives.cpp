@@ -58,7 +58,7 @@ void broadcast_naive(std::span<float> buf, int src) {
   const int p = dist::world_size();
   const int me = dist::rank();
   if (me == src) {
-    for (int v = 1; v < p; ++v) dist::send(std::span<const float>(buf), real_rank(v, src, p));
+    for (int v = 1; v < p; ++v) dist::send(buf, real_rank(v, src, p));
   } else {
     dist::recv(buf, src);
   }
@@ -87,7 +87,7 @@ void broadcast_tree(std::span<float> buf, int src) {
     mask <<= 1;
   }
   for (mask >>= 1; mask > 0; mask >>= 1) {  // children below that bit, farthest first
-    if (vr + mask < p) dist::send(std::span<const float>(buf), real_rank(vr + mask, src, p));
+    if (vr + mask < p) dist::send(buf, real_rank(vr + mask, src, p));
   }
   // END SOLUTION
 }
@@ -108,7 +108,7 @@ void broadcast_ring(std::span<float> buf, int src) {
   const int right = (me + 1) % p;
   const int left = (me - 1 + p) % p;
   if (me != src) dist::recv(buf, left);
-  if (right != src) dist::send(std::span<const float>(buf), right);
+  if (right != src) dist::send(buf, right);
   // END SOLUTION
 }
 
@@ -127,13 +127,13 @@ void reduce_naive(std::span<float> buf, int dst, dist::ReduceOp op) {
   const int p = dist::world_size();
   const int me = dist::rank();
   if (me != dst) {
-    dist::send(std::span<const float>(buf), dst);
+    dist::send(buf, dst);
     return;
   }
   std::vector<float> scratch(buf.size());
   for (int v = 1; v < p; ++v) {
-    dist::recv(std::span<float>(scratch), real_rank(v, dst, p));
-    dist::reduce_into(buf, std::span<const float>(scratch), op);
+    dist::recv(scratch, real_rank(v, dst, p));
+    dist::reduce_into(buf, scratch, op);
   }
   if (op == dist::ReduceOp::Avg) divide_by(buf, p);
   // END SOLUTION
@@ -154,12 +154,12 @@ void reduce_tree(std::span<float> buf, int dst, dist::ReduceOp op) {
   std::vector<float> scratch(buf.size());
   for (int mask = 1; mask < p; mask <<= 1) {
     if (vr & mask) {
-      dist::send(std::span<const float>(buf), real_rank(vr - mask, dst, p));
+      dist::send(buf, real_rank(vr - mask, dst, p));
       return;
     }
     if (vr + mask < p) {
-      dist::recv(std::span<float>(scratch), real_rank(vr + mask, dst, p));
-      dist::reduce_into(buf, std::span<const float>(scratch), op);
+      dist::recv(scratch, real_rank(vr + mask, dst, p));
+      dist::reduce_into(buf, scratch, op);
     }
   }
   if (op == dist::ReduceOp::Avg) divide_by(buf, p);  // only dst gets here
@@ -167,32 +167,32 @@ void reduce_tree(std::span<float> buf, int dst, dist::ReduceOp op) {
 }
 
 // =============================================================================================
-// allreduce_naive (everything through rank 0)
+// all_reduce_naive (everything through rank 0)
 //   Every rank r > 0 sends its buffer to rank 0 and waits for the result; rank 0 receives from
 //   1, 2, ..., p-1, reduces each into buf, (Avg: divides by p) and sends the result to 1, ..., p-1.
 //   Rounds: 2(p-1) messages through rank 0's links, one after the other.
 //   Bytes: rank 0 receives (p-1) n and sends (p-1) n; every other rank sends and receives n.
 //   Time: 2(p-1)(alpha + n beta) + (p-1) n gamma (reductions overlap arrivals only if cheaper).
-void allreduce_naive(std::span<float> buf, dist::ReduceOp op) {
+void all_reduce_naive(std::span<float> buf, dist::ReduceOp op) {
   // BEGIN SOLUTION: ranks > 0 send buf to rank 0 and receive the result back; rank 0 receives and reduces every buffer (reduce_into; Avg: divide by p), then sends the result to every rank
   const int p = dist::world_size();
   if (dist::rank() != 0) {
-    dist::send(std::span<const float>(buf), 0);
+    dist::send(buf, 0);
     dist::recv(buf, 0);
     return;
   }
   std::vector<float> scratch(buf.size());
   for (int r = 1; r < p; ++r) {
-    dist::recv(std::span<float>(scratch), r);
-    dist::reduce_into(buf, std::span<const float>(scratch), op);
+    dist::recv(scratch, r);
+    dist::reduce_into(buf, scratch, op);
   }
   if (op == dist::ReduceOp::Avg) divide_by(buf, p);
-  for (int r = 1; r < p; ++r) dist::send(std::span<const float>(buf), r);
+  for (int r = 1; r < p; ++r) dist::send(buf, r);
   // END SOLUTION
 }
 
 // =============================================================================================
-// allreduce_butterfly (recursive doubling)
+// all_reduce_butterfly (recursive doubling)
 //   Let q = floor_pow2(p) and rest = p - q.
 //   1. Fold in: rank r >= q sends its buffer to r - q and waits for step 3; rank r < rest
 //      receives it and reduces it in.
@@ -203,36 +203,36 @@ void allreduce_naive(std::span<float> buf, dist::ReduceOp op) {
 //   Rounds: log2 q exchanges (+ 2 messages when p is not a power of two).
 //   Bytes: each rank of the butterfly sends and receives n per round.
 //   Time: log2(p)(alpha + n beta + n gamma) for p a power of two.
-void allreduce_butterfly(std::span<float> buf, dist::ReduceOp op) {
+void all_reduce_butterfly(std::span<float> buf, dist::ReduceOp op) {
   // BEGIN SOLUTION: fold ranks >= q = floor_pow2(p) into rank - q; among the first q ranks, for m = 1, 2, 4...: exchange buf with rank XOR m (isend + recv + wait) and reduce_into; Avg: divide by p; send the result back to the folded ranks
   const int p = dist::world_size();
   const int me = dist::rank();
   const int q = floor_pow2(p);
   const int rest = p - q;
   if (me >= q) {  // folded: contribute, then wait for the result
-    dist::send(std::span<const float>(buf), me - q);
+    dist::send(buf, me - q);
     dist::recv(buf, me - q);
     return;
   }
   std::vector<float> scratch(buf.size());
   if (me < rest) {
-    dist::recv(std::span<float>(scratch), me + q);
-    dist::reduce_into(buf, std::span<const float>(scratch), op);
+    dist::recv(scratch, me + q);
+    dist::reduce_into(buf, scratch, op);
   }
   for (int mask = 1; mask < q; mask <<= 1) {
     const int partner = me ^ mask;
-    dist::Work sent = dist::isend(std::span<const float>(buf), partner);
-    dist::recv(std::span<float>(scratch), partner);
+    dist::Work sent = dist::isend(buf, partner);
+    dist::recv(scratch, partner);
     sent.wait();  // buf must not change before the partner has it
-    dist::reduce_into(buf, std::span<const float>(scratch), op);
+    dist::reduce_into(buf, scratch, op);
   }
   if (op == dist::ReduceOp::Avg) divide_by(buf, p);
-  if (me < rest) dist::send(std::span<const float>(buf), me + q);
+  if (me < rest) dist::send(buf, me + q);
   // END SOLUTION
 }
 
 // =============================================================================================
-// allreduce_ring (reduce-scatter + all-gather, in place)
+// all_reduce_ring (reduce-scatter + all-gather, in place)
 //   Cut buf into p chunks with shard_range. right = rank+1, left = rank-1 (mod p).
 //   Reduce-scatter, steps s = 0..p-2: send chunk (rank - s) to the right, receive chunk
 //   (rank - s - 1) from the left into a scratch buffer (both at once: isend, recv, wait) and
@@ -243,7 +243,7 @@ void allreduce_butterfly(std::span<float> buf, dist::ReduceOp op) {
 //   Rounds: 2(p-1) steps; in every step all links work at once.
 //   Bytes: each rank sends 2(p-1) chunks of about n/p to its right neighbour only.
 //   Time: 2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma.
-void allreduce_ring(std::span<float> buf, dist::ReduceOp op) {
+void all_reduce_ring(std::span<float> buf, dist::ReduceOp op) {
   // BEGIN SOLUTION: cut buf into p chunks (shard_range); reduce-scatter: p-1 steps of isend one chunk right, recv another from the left, reduce_into; then all-gather: p-1 steps passing the reduced chunks around the ring
   const int p = dist::world_size();
   const int me = dist::rank();
@@ -257,17 +257,17 @@ void allreduce_ring(std::span<float> buf, dist::ReduceOp op) {
     const Shard out = chunk(me - s);
     const Shard in = chunk(me - s - 1);
     std::span<float> incoming(scratch.data(), in.size);
-    dist::Work sent = dist::isend(std::span<const float>(slice(buf, out)), right);
+    dist::Work sent = dist::isend(slice(buf, out), right);
     dist::recv(incoming, left);
     sent.wait();
-    dist::reduce_into(slice(buf, in), std::span<const float>(incoming), op);
+    dist::reduce_into(slice(buf, in), incoming, op);
   }
   if (op == dist::ReduceOp::Avg) divide_by(slice(buf, chunk(me + 1)), p);
 
   for (int s = 0; s < p - 1; ++s) {  // all-gather
     const Shard out = chunk(me + 1 - s);
     const Shard in = chunk(me - s);
-    dist::Work sent = dist::isend(std::span<const float>(slice(buf, out)), right);
+    dist::Work sent = dist::isend(slice(buf, out), right);
     dist::recv(slice(buf, in), left);
     sent.wait();
   }
@@ -366,7 +366,7 @@ void all_gather_ring(std::span<const float> in, std::span<float> out) {
   const int right = (me + 1) % p;
   const int left = (me - 1 + p) % p;
   for (int s = 0; s < p - 1; ++s) {
-    dist::Work sent = dist::isend(std::span<const float>(block(me - s)), right);
+    dist::Work sent = dist::isend(block(me - s), right);
     dist::recv(block(me - s - 1), left);
     sent.wait();
   }
@@ -396,13 +396,13 @@ void reduce_scatter_ring(std::span<const float> in, std::span<float> out, dist::
   std::vector<float> outgoing(input(me - 1).begin(), input(me - 1).end());
   std::vector<float> incoming(m);
   for (int s = 0; s < p - 1; ++s) {
-    dist::Work sent = dist::isend(std::span<const float>(outgoing), right);
-    dist::recv(std::span<float>(incoming), left);
+    dist::Work sent = dist::isend(outgoing, right);
+    dist::recv(incoming, left);
     sent.wait();
-    dist::reduce_into(std::span<float>(incoming), input(me - s - 2), op);
+    dist::reduce_into(incoming, input(me - s - 2), op);
     std::swap(outgoing, incoming);
   }
-  if (op == dist::ReduceOp::Avg) divide_by(std::span<float>(outgoing), p);
+  if (op == dist::ReduceOp::Avg) divide_by(outgoing, p);
   std::copy(outgoing.begin(), outgoing.end(), out.begin());
   // END SOLUTION
 }

@@ -22,7 +22,7 @@
 
 #include "collectives.hpp"
 #include "dist/dist.hpp"
-#include "distlab/args.hpp"
+#include "distlab/cli.hpp"
 #include "distlab/timing.hpp"
 
 namespace {
@@ -64,10 +64,10 @@ std::vector<Algorithm> algorithms() {
   v.push_back({"reduce", "naive", one, [=](Buffers& b) { c::reduce_naive(span_a(b), 0, ReduceOp::Sum); }});
   v.push_back({"reduce", "tree", one, [=](Buffers& b) { c::reduce_tree(span_a(b), 0, ReduceOp::Sum); }});
   v.push_back({"reduce", "built-in", one, [=](Buffers& b) { dist::reduce(span_a(b), 0, ReduceOp::Sum); }});
-  v.push_back({"all-reduce", "naive", one, [=](Buffers& b) { c::allreduce_naive(span_a(b), ReduceOp::Sum); }});
+  v.push_back({"all-reduce", "naive", one, [=](Buffers& b) { c::all_reduce_naive(span_a(b), ReduceOp::Sum); }});
   v.push_back({"all-reduce", "butterfly", one,
-               [=](Buffers& b) { c::allreduce_butterfly(span_a(b), ReduceOp::Sum); }});
-  v.push_back({"all-reduce", "ring", one, [=](Buffers& b) { c::allreduce_ring(span_a(b), ReduceOp::Sum); }});
+               [=](Buffers& b) { c::all_reduce_butterfly(span_a(b), ReduceOp::Sum); }});
+  v.push_back({"all-reduce", "ring", one, [=](Buffers& b) { c::all_reduce_ring(span_a(b), ReduceOp::Sum); }});
   v.push_back({"all-reduce", "built-in", one, [=](Buffers& b) { dist::all_reduce(span_a(b), ReduceOp::Sum); }});
   v.push_back({"gather", "naive", gather_bufs, [=](Buffers& b) { c::gather_naive(in_a(b), span_b(b), 0); }});
   v.push_back({"gather", "tree", gather_bufs, [=](Buffers& b) { c::gather_tree(in_a(b), span_b(b), 0); }});

@@ -48,7 +48,7 @@ bool check_parameter_closeness(const mlp::MLP& model, float rtol) {
   // END SOLUTION
 }
 
-void allreduce_gradients(mlp::MLP& model) {
+void all_reduce_gradients(mlp::MLP& model) {
   // BEGIN SOLUTION: for every parameter: dist::all_reduce its grad with ReduceOp::Avg (dist::as_span turns a matrix into a span)
   for (mlp::Parameter* p : model.parameters()) dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Avg);
   // END SOLUTION

@@ -18,7 +18,7 @@
 
 #include "datasets/loader.hpp"
 #include "ddp.hpp"
-#include "distlab/args.hpp"
+#include "distlab/cli.hpp"
 #include "dist/eigen.hpp"
 #include "distlab/todo.hpp"
 
@@ -40,12 +40,7 @@ SimResult simulate(dist::LaunchOptions launch, const mlp::Config& c, const datas
     const int rank = dist::rank();
     mlp::MLP model(c, c.seed + 2 + static_cast<std::uint64_t>(rank));
     dp::ComputeModel compute(model, c.batch_size, flops);
-    std::unique_ptr<dp::MyDP> mine;
-    if (mode == dp::Sync::MyDP) {
-      mine = std::make_unique<dp::MyDP>(model, cap);
-    } else {
-      for (mlp::Parameter* p : model.parameters()) dist::broadcast(dist::as_span(p->value), 0);
-    }
+    const dp::SyncWrapper wrapper(model, mode, cap);
     mlp::SGD opt(model.parameters(), c.learning_rate);
     const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
     mlp::Matrix x, probs, dlogits;
@@ -55,7 +50,7 @@ SimResult simulate(dist::LaunchOptions launch, const mlp::Config& c, const datas
     const double t0 = dist::sim_time();
     for (int s = 0; s < steps; ++s) {
       loader.load(dp::global_batch_index(s, rank, dist::world_size()), x, y);
-      dp::dp_step(mode, mine.get(), model, opt, x, y, probs, dlogits, &compute);
+      dp::dp_step(wrapper.sync(), model, opt, x, y, probs, dlogits, &compute);
     }
     const double t1 = dist::sim_time();
     const dist::Stats st = dist::stats();

@@ -45,7 +45,7 @@ TEST(HiddenMyDP, MidCapBucketsTrainCorrectly) {
     mlp::Matrix x = mlp::Matrix::Constant(c.batch_size, c.dim_in, 0.1f * static_cast<float>(dist::rank() + 1));
     mlp::Labels y(static_cast<std::size_t>(c.batch_size), dist::rank() % c.n_classes);
     mlp::Matrix probs, dlogits;
-    for (int s = 0; s < 3; ++s) dp::dp_step(dp::Sync::MyDP, &wrapped, model, opt, x, y, probs, dlogits);
+    for (int s = 0; s < 3; ++s) dp::dp_step(&wrapped, model, opt, x, y, probs, dlogits);
     if (!dp::check_parameter_closeness(model, 1e-6f)) log.fail(dist::rank(), "replicas drifted apart");
   });
   for (const auto& f : log.failures()) ADD_FAILURE() << f;

@@ -276,16 +276,16 @@ TEST(ReduceTree, SimTime) {
 
 // ---- all-reduce -----------------------------------------------------------------------------
 
-TEST(AllreduceNaive, Values) {
-  check_allreduce_values(collectives::allreduce_naive, "allreduce_naive", kWorldSizes, kCounts);
+TEST(AllReduceNaive, Values) {
+  check_all_reduce_values(collectives::all_reduce_naive, "all_reduce_naive", kWorldSizes, kCounts);
 }
 
-TEST(AllreduceNaive, Traffic) {
+TEST(AllReduceNaive, Traffic) {
   for (int p : kTrafficSizes) {
     if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    auto stats = traffic(traffic_case(p, -1), "allreduce_naive", p, [&] {
+    auto stats = traffic(traffic_case(p, -1), "all_reduce_naive", p, [&] {
       std::vector<float> buf(kTrafficCount, 1.0f);
-      collectives::allreduce_naive(buf, ReduceOp::Sum);
+      collectives::all_reduce_naive(buf, ReduceOp::Sum);
     });
     if (stats.empty()) return;
     Matrix msgs = zeros(p), bytes = zeros(p);
@@ -293,38 +293,38 @@ TEST(AllreduceNaive, Traffic) {
       msgs[r][0] = msgs[0][r] = 1;
       bytes[r][0] = bytes[0][r] = kBytes;
     }
-    expect_pattern(stats, msgs, &bytes, "allreduce_naive", traffic_case(p, -1),
+    expect_pattern(stats, msgs, &bytes, "all_reduce_naive", traffic_case(p, -1),
                    "every rank > 0 sends its buffer to rank 0 and gets the result back from it");
   }
 }
 
-TEST(AllreduceNaive, SimTime) {
+TEST(AllReduceNaive, SimTime) {
   const auto model = timing_model(false);
   const std::size_t bytes = kTimeCount * sizeof(float);
   for (int p : kWorldSizes) {
     if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const double got = sim_time_of(time_case(p, kTimeCount), "allreduce_naive", p, model, [&] {
+    const double got = sim_time_of(time_case(p, kTimeCount), "all_reduce_naive", p, model, [&] {
       std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::allreduce_naive(buf, ReduceOp::Sum);
+      collectives::all_reduce_naive(buf, ReduceOp::Sum);
     });
     const double want = 2 * (p - 1) * model.message_cost(0, 1, bytes);
-    expect_time(got, want, "allreduce_naive", time_case(p, kTimeCount),
+    expect_time(got, want, "all_reduce_naive", time_case(p, kTimeCount),
                 "2(p-1)(alpha + n beta) " + model_text(model, bytes),
                 "rank 0 should receive p-1 buffers, then send p-1 results");
   }
 }
 
-TEST(AllreduceButterfly, Values) {
-  check_allreduce_values(collectives::allreduce_butterfly, "allreduce_butterfly", kWorldSizes,
+TEST(AllReduceButterfly, Values) {
+  check_all_reduce_values(collectives::all_reduce_butterfly, "all_reduce_butterfly", kWorldSizes,
                          kCounts);
 }
 
-TEST(AllreduceButterfly, Traffic) {
+TEST(AllReduceButterfly, Traffic) {
   for (int p : kTrafficSizes) {
     if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    auto stats = traffic(traffic_case(p, -1), "allreduce_butterfly", p, [&] {
+    auto stats = traffic(traffic_case(p, -1), "all_reduce_butterfly", p, [&] {
       std::vector<float> buf(kTrafficCount, 1.0f);
-      collectives::allreduce_butterfly(buf, ReduceOp::Sum);
+      collectives::all_reduce_butterfly(buf, ReduceOp::Sum);
     });
     if (stats.empty()) return;
     const int q = collectives::floor_pow2(p);
@@ -336,26 +336,26 @@ TEST(AllreduceButterfly, Traffic) {
       msgs[r][r - q] = msgs[r - q][r] = 1;
       bytes[r][r - q] = bytes[r - q][r] = kBytes;
     }
-    expect_pattern(stats, msgs, &bytes, "allreduce_butterfly", traffic_case(p, -1),
+    expect_pattern(stats, msgs, &bytes, "all_reduce_butterfly", traffic_case(p, -1),
                    "ranks r >= q = floor_pow2(p) send to r - q and get the result back; ranks "
                    "r < q exchange the whole buffer once with r XOR 2^k for every 2^k < q");
   }
 }
 
-TEST(AllreduceButterfly, SimTime) {
+TEST(AllReduceButterfly, SimTime) {
   const std::size_t bytes = kTimeCount * sizeof(float);
   for (int p : kWorldSizes) {
     if (::testing::Test::HasFailure()) return;  // report the first failing case only
     const bool pow2 = is_pow2(p);
     const auto model = timing_model(pow2);
-    const double got = sim_time_of(time_case(p, kTimeCount), "allreduce_butterfly", p, model, [&] {
+    const double got = sim_time_of(time_case(p, kTimeCount), "all_reduce_butterfly", p, model, [&] {
       std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::allreduce_butterfly(buf, ReduceOp::Sum);
+      collectives::all_reduce_butterfly(buf, ReduceOp::Sum);
     });
     const double c = model.message_cost(0, 1, bytes);
     const double want = pow2 ? floor_log2(p) * (c + model.reduce_cost(bytes))
                              : (floor_log2(p) + 2) * c;
-    expect_time(got, want, "allreduce_butterfly", time_case(p, kTimeCount),
+    expect_time(got, want, "all_reduce_butterfly", time_case(p, kTimeCount),
                 std::string(pow2 ? "log2(p)(alpha + n beta + n gamma) "
                                  : "(floor(log2 p) + 2)(alpha + n beta) ") +
                     model_text(model, bytes),
@@ -364,21 +364,21 @@ TEST(AllreduceButterfly, SimTime) {
   }
 }
 
-TEST(AllreduceRing, Values) {
-  check_allreduce_values(collectives::allreduce_ring, "allreduce_ring", kWorldSizes, kCounts);
+TEST(AllReduceRing, Values) {
+  check_all_reduce_values(collectives::all_reduce_ring, "all_reduce_ring", kWorldSizes, kCounts);
 }
 
-TEST(AllreduceRing, Traffic) {
+TEST(AllReduceRing, Traffic) {
   for (int p : kTrafficSizes) {
     if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    auto stats = traffic(traffic_case(p, -1), "allreduce_ring", p, [&] {
+    auto stats = traffic(traffic_case(p, -1), "all_reduce_ring", p, [&] {
       std::vector<float> buf(kTrafficCount, 1.0f);
-      collectives::allreduce_ring(buf, ReduceOp::Sum);
+      collectives::all_reduce_ring(buf, ReduceOp::Sum);
     });
     if (stats.empty()) return;
     Matrix msgs = zeros(p);
     for (int r = 0; r < p; ++r) msgs[r][(r + 1) % p] = 2 * static_cast<std::uint64_t>(p - 1);
-    expect_pattern(stats, msgs, nullptr, "allreduce_ring", traffic_case(p, -1),
+    expect_pattern(stats, msgs, nullptr, "all_reduce_ring", traffic_case(p, -1),
                    "2(p-1) chunk messages, each only to the right neighbour rank+1");
     // Each rank sends 2(p-1) chunks of n/p (rounded down or up): all but two chunks, twice.
     const std::uint64_t small = kTrafficCount / static_cast<std::uint64_t>(p);
@@ -388,25 +388,25 @@ TEST(AllreduceRing, Traffic) {
     for (int r = 0; r < p; ++r) {
       const auto sent = stats[static_cast<std::size_t>(r)].bytes_sent / sizeof(float);
       EXPECT_TRUE(sent >= lo && sent <= hi)
-          << "allreduce_ring, " << traffic_case(p, -1) << ": rank " << r << " sent " << sent
+          << "all_reduce_ring, " << traffic_case(p, -1) << ": rank " << r << " sent " << sent
           << " floats; the ring sends 2(p-1) chunks of about n/p = " << kTrafficCount / p
           << ", i.e. " << hi << " floats at most";
     }
   }
 }
 
-TEST(AllreduceRing, SimTime) {
+TEST(AllReduceRing, SimTime) {
   const auto model = timing_model(true);
   for (int p : kWorldSizes) {
     if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const double got = sim_time_of(time_case(p, kTimeCount), "allreduce_ring", p, model, [&] {
+    const double got = sim_time_of(time_case(p, kTimeCount), "all_reduce_ring", p, model, [&] {
       std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::allreduce_ring(buf, ReduceOp::Sum);
+      collectives::all_reduce_ring(buf, ReduceOp::Sum);
     });
     const std::size_t chunk = kTimeCount / static_cast<std::size_t>(p) * sizeof(float);
     const double want = 2 * (p - 1) * model.message_cost(0, 1, chunk) +
                         (p - 1) * model.reduce_cost(chunk);
-    expect_time(got, want, "allreduce_ring", time_case(p, kTimeCount),
+    expect_time(got, want, "all_reduce_ring", time_case(p, kTimeCount),
                 "2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma " +
                     model_text(model, kTimeCount * sizeof(float)),
                 "in each step send one chunk and receive another at the same time (isend + recv + "

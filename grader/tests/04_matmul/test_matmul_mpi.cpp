@@ -24,10 +24,7 @@ int job_size() {
 }
 
 /// This process's rank under mpirun (0 outside it: then rank 0's view is the one checked).
-int job_rank() {
-  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
-  return r != nullptr ? std::atoi(r) : 0;
-}
+int job_rank() { return distlab::testing::mpi_job_rank(); }
 
 void values(Strategy s) {
   const int p = job_size();

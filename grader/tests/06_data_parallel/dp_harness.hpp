@@ -119,7 +119,7 @@ inline std::vector<Trajectory> data_parallel(int world_size, Mode mode) {
         case Mode::MyDPPerParameter:
         case Mode::MyDPOneBucket: mine->finish_gradient_sync(); break;
         case Mode::Manual:
-        case Mode::BrokenNoBroadcast: dp::allreduce_gradients(model); break;
+        case Mode::BrokenNoBroadcast: dp::all_reduce_gradients(model); break;
         case Mode::BrokenSum:
           for (auto* p : model.parameters()) dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Sum);
           break;

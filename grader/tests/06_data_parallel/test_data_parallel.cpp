@@ -161,8 +161,8 @@ double simulated_step(Mode mode, int world, double flops) {
     mlp::Matrix probs, dlogits;
     dist::barrier();
     const double t0 = dist::sim_time();
-    dp::dp_step(mode == Mode::Manual ? dp::Sync::Manual : dp::Sync::MyDP, mine.get(), model, opt, x, y, probs,
-                dlogits, &compute);
+    dp::dp_step(mine ? dp::GradientSync{mine.get()} : dp::ManualAllReduce{}, model, opt, x, y, probs, dlogits,
+                &compute);
     const double t1 = dist::sim_time();
     if (dist::rank() == 0) step = t1 - t0;
   });

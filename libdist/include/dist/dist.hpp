@@ -1,0 +1,278 @@
+// dist: the one communication API every distlab exercise is written against.
+//
+// Names mirror torch.distributed; argument order and meaning mirror NCCL:
+//   * counts are elements, never bytes (a std::span carries its own count and type);
+//   * a collective given one buffer works in place;
+//   * `src`, `dst` and `root` are ranks in [0, world_size()).
+// Buffers are std::span of float, double, int32_t or int64_t, so std::vector and contiguous
+// Eigen storage pass directly (see <dist/eigen.hpp> for a helper that turns a matrix into a span).
+//
+// Contract for every backend (threads, Open MPI, NCCL):
+//   * rank() and world_size() never change inside launch();
+//   * every rank calls collectives in the same order, with the same count, op and root;
+//     a mismatch is reported as an error naming the ranks and the calls, never a hang.
+//   * every function throws dist::Error (or a subclass) on failure; nothing calls exit().
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace dist {
+
+/// Reduction operators. Avg is Sum followed by division by world_size (integer types: truncating).
+enum class ReduceOp { Sum, Product, Min, Max, Avg };
+
+/// Which engine runs the ranks.
+enum class Backend { Threads, Mpi, Nccl };
+
+/// Element types a buffer may hold (the span's element type picks it; students never name it).
+enum class DataType { Float32, Float64, Int32, Int64 };
+
+const char* to_string(ReduceOp op);
+const char* to_string(Backend backend);
+const char* to_string(DataType type);
+std::size_t size_of(DataType type);
+
+/// The simulated network of the threads backend (Hockney / alpha-beta model, see sim_time()).
+/// Flat by default; with ranks_per_node > 0 it is two-level: ranks r and q share a node when
+/// r / ranks_per_node == q / ranks_per_node, and messages between nodes use the inter_node_* link.
+struct NetworkModel {
+  double latency_s = 5e-6;        // alpha: per message
+  double bandwidth_Bps = 10e9;    // 1/beta: per byte, per rank's link, each direction
+  double reduce_Bps = 0;          // 1/gamma: local reduction speed; 0 = free
+  int ranks_per_node = 0;         // 0 = flat network; > 0 = two-level (nodes of this many ranks)
+  double inter_node_latency_s = 20e-6;     // alpha between nodes (two-level only)
+  double inter_node_bandwidth_Bps = 1.25e9;  // 1/beta between nodes (two-level only)
+
+  /// Seconds one message of `bytes` bytes occupies the link from `src` to `dst`: alpha + bytes*beta.
+  double message_cost(int src, int dst, std::size_t bytes) const;
+  /// Seconds to reduce `bytes` bytes locally (0 when reduce_Bps == 0).
+  double reduce_cost(std::size_t bytes) const;
+
+  static NetworkModel flat();                       // the defaults above
+  static NetworkModel two_level(int ranks_per_node);  // fast links inside a node, slow between
+};
+
+struct LaunchOptions {
+  int world_size = 4;               // ignored under mpirun (the job's size wins)
+  Backend backend = Backend::Threads;
+  NetworkModel network{};
+  std::chrono::milliseconds timeout{30000};  // a wait longer than this is an error, never a hang
+  std::string trace_path;           // write a Chrome trace JSON here ("" = off)
+};
+
+/// True when this process is one rank of a job that a launcher started: Open MPI's mpirun
+/// (OMPI_COMM_WORLD_SIZE), MPICH/Hydra and other PMI launchers (PMI_SIZE, PMI_RANK), PMIx
+/// (PMIX_RANK) or Slurm's srun (SLURM_STEP_NUM_TASKS). Read once, when the program starts.
+/// The launch flags (--world-size, --backend ...) are parsed by distlab::options_from_args
+/// (<distlab/args.hpp>, the support library); under such a launcher the backend defaults to Mpi.
+bool started_by_mpirun();
+
+// ---------------------------------------------------------------------------------------------
+// Errors. Every message names the rank(s) involved and says what to do.
+/// An error that dist::launch rethrows with the failing rank in front of its message, keeping its
+/// type (dist::Error and its subclasses; the support library's NotImplemented). Derive from
+/// RankError<Self, Base> to make another type behave so.
+struct Rethrowable {
+  virtual ~Rethrowable() = default;
+  /// The same kind of exception with another message.
+  virtual std::exception_ptr with_message(const std::string& message) const = 0;
+};
+
+namespace detail {
+struct NoMixin {};
+}  // namespace detail
+
+template <typename Self, typename Base>
+struct RankError : Base,
+                   std::conditional_t<std::is_base_of_v<Rethrowable, Base>, detail::NoMixin, Rethrowable> {
+  using Base::Base;
+  std::exception_ptr with_message(const std::string& message) const override {
+    return std::make_exception_ptr(Self(message));
+  }
+};
+
+/// The base of every error dist throws.
+struct Error : RankError<Error, std::runtime_error> {
+  using RankError::RankError;
+};
+/// Every unfinished rank blocked in dist with nothing able to complete.
+struct DeadlockError : RankError<DeadlockError, Error> {
+  using RankError::RankError;
+};
+/// One wait lasted longer than LaunchOptions::timeout.
+struct TimeoutError : RankError<TimeoutError, Error> {
+  using RankError::RankError;
+};
+/// Send/recv size or type mismatch; collectives that do not match.
+struct MismatchError : RankError<MismatchError, Error> {
+  using RankError::RankError;
+};
+/// Another rank threw: this rank was woken with this error.
+struct RankFailedError : RankError<RankFailedError, Error> {
+  using RankError::RankError;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Launching ranks.
+
+/// Runs body on every rank. Threads: spawns world_size threads, each one rank. Mpi/Nccl: this
+/// process is one rank of the job that mpirun started. After all ranks stop, rethrows the first
+/// rank's error (its message starts with "rank R: ") so a test or main() sees it. No thread is
+/// left running when launch returns. Must not be called from inside a rank.
+void launch(const LaunchOptions& options, const std::function<void()>& body);
+void launch(int world_size, const std::function<void()>& body);
+
+/// True on a thread (or process) that is currently a rank inside launch().
+bool in_launch();
+int rank();
+int world_size();
+/// The options this launch was started with (network model, timeout, backend).
+const LaunchOptions& options();
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous handles.
+
+namespace detail {
+class WorkImpl {
+ public:
+  virtual ~WorkImpl() = default;
+  virtual bool is_completed() = 0;
+  virtual void wait() = 0;
+};
+}  // namespace detail
+
+/// Handle to an operation in flight. wait() blocks until it is done and rethrows its error;
+/// waiting twice is fine. A default-constructed Work is already complete.
+/// Destroying an unfinished Work does not cancel it: wait on it before the buffer goes away.
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_ptr<detail::WorkImpl> impl) : impl_(std::move(impl)) {}
+  bool is_completed() { return !impl_ || impl_->is_completed(); }
+  void wait() {
+    if (impl_) impl_->wait();
+  }
+
+ private:
+  std::shared_ptr<detail::WorkImpl> impl_;
+};
+
+/// Waits for every handle in order.
+void wait_all(std::span<Work> works);
+
+// ---------------------------------------------------------------------------------------------
+// Point-to-point. Matching is by (source, tag), first-in first-out; there are no wildcards.
+// send is synchronous: it returns only once the matching recv has taken the data (the threads
+// backend enforces this, so code that relies on buffered sends deadlocks there, loudly).
+// A send and its recv must agree on element type and count; otherwise both ranks get a
+// MismatchError naming both ranks and both sizes.
+
+#define DIST_DECLARE_P2P(T)                                        \
+  void send(std::span<const T> buf, int dst, int tag = 0);         \
+  void recv(std::span<T> buf, int src, int tag = 0);               \
+  [[nodiscard]] Work isend(std::span<const T> buf, int dst, int tag = 0); \
+  [[nodiscard]] Work irecv(std::span<T> buf, int src, int tag = 0);
+DIST_DECLARE_P2P(float)
+DIST_DECLARE_P2P(double)
+DIST_DECLARE_P2P(std::int32_t)
+DIST_DECLARE_P2P(std::int64_t)
+#undef DIST_DECLARE_P2P
+
+/// Blocks until every rank has called barrier().
+void barrier();
+
+// ---------------------------------------------------------------------------------------------
+// Built-in collectives (the "library" ones; the exercises re-implement them from send/recv).
+// Each documents the algorithm whose traffic and simulated time it reports on the threads
+// backend (p = world_size, n = bytes of the buffer, alpha/beta/gamma from NetworkModel):
+//   broadcast       binomial tree            ceil(log2 p) rounds of (alpha + n beta)
+//   reduce          binomial tree            ceil(log2 p) rounds of (alpha + n beta + n gamma)
+//   all_reduce      ring: reduce-scatter + all-gather, 2(p-1) steps of (alpha + n/p beta)
+//                   (+ (p-1) n/p gamma)
+//   gather          binomial tree            ceil(log2 p) alpha + (p-1)/p n_total beta
+//   all_gather      ring                     (p-1) steps of (alpha + n_in beta)
+//   scatter         binomial tree            ceil(log2 p) alpha + (p-1)/p n_total beta
+//   reduce_scatter  ring                     (p-1) steps of (alpha + n_out beta + n_out gamma)
+// See docs/fake_dist.md (section 5.1) for the exact per-rank message lists.
+
+#define DIST_DECLARE_COLLECTIVES(T)                                                        \
+  void broadcast(std::span<T> buf, int src);                                               \
+  void reduce(std::span<T> buf, int dst, ReduceOp op = ReduceOp::Sum);                     \
+  void all_reduce(std::span<T> buf, ReduceOp op = ReduceOp::Sum);                          \
+  [[nodiscard]] Work all_reduce_async(std::span<T> buf, ReduceOp op = ReduceOp::Sum);      \
+  /* out: world_size*in.size() elements on dst, ignored (may be empty) elsewhere */        \
+  void gather(std::span<const T> in, std::span<T> out, int dst);                           \
+  /* out: world_size*in.size() elements on every rank; rank r's in lands at r*in.size() */ \
+  void all_gather(std::span<const T> in, std::span<T> out);                                \
+  /* in: world_size*out.size() elements on src, ignored (may be empty) elsewhere */        \
+  void scatter(std::span<const T> in, std::span<T> out, int src);                          \
+  /* in: world_size*out.size() elements; rank r gets the reduction of chunk r */           \
+  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::Sum);
+DIST_DECLARE_COLLECTIVES(float)
+DIST_DECLARE_COLLECTIVES(double)
+DIST_DECLARE_COLLECTIVES(std::int32_t)
+DIST_DECLARE_COLLECTIVES(std::int64_t)
+#undef DIST_DECLARE_COLLECTIVES
+
+// ---------------------------------------------------------------------------------------------
+// Instrumentation (threads backend exact; MPI counts point-to-point traffic the same way).
+
+struct Stats {
+  std::uint64_t messages_sent = 0;
+  std::uint64_t bytes_sent = 0;
+  std::uint64_t messages_received = 0;
+  std::uint64_t bytes_received = 0;
+  // Per peer, indexed by rank (size world_size()).
+  std::vector<std::uint64_t> messages_sent_to, bytes_sent_to;
+  std::vector<std::uint64_t> messages_received_from, bytes_received_from;
+  // Calls of this rank to built-in collectives (broadcast ... reduce_scatter, all_reduce_async),
+  // not counting barrier(). Lets a test tell that an exercise did not just call the built-in.
+  std::uint64_t builtin_collectives = 0;
+  std::uint64_t barriers = 0;
+};
+
+/// This rank's counters since launch or reset_stats(). Built-in collectives add the messages of
+/// the algorithm they document, as if it had been run with send/recv.
+Stats stats();
+void reset_stats();
+
+/// This rank's simulated clock in seconds (threads backend; 0 elsewhere). The contract:
+///   * deterministic: the same program gives bit-identical times on every run and machine;
+///   * a message of b bytes from s to d costs c = message_cost(s, d, b) = alpha + b*beta and
+///     holds s's outgoing and d's incoming link for c, one message at a time per link (in the
+///     order the sender posts and the receiver completes them); a send returns once its message
+///     left s's link, a recv once the message arrived, never earlier than the rank's own clock;
+///   * sim_compute(s) adds s; reductions charge bytes / reduce_Bps (sim_reduce, reduce_into);
+///   * barrier: every clock becomes the max over ranks (it costs nothing else);
+///   * built-in collectives start at the max of the participants' clocks and charge each rank
+///     the cost of the algorithm listed above, under the same link model.
+/// The steps are in libdist/threads/link_model.hpp; the model, with worked examples, in
+/// docs/fake_dist.md (section 4). Exercises that reduce data locally call sim_reduce(bytes)
+/// (reduce_into does) to charge gamma.
+double sim_time();
+/// Charge modelled compute time to this rank's clock (shown as a span in the trace).
+void sim_compute(double seconds, const char* label = "compute");
+/// Charge the cost of reducing `bytes` bytes locally (bytes / reduce_Bps) to this rank's clock.
+void sim_reduce(std::size_t bytes);
+
+/// inout[i] = op(inout[i], in[i]) for every i, and charge the reduction to the simulated clock
+/// (sim_reduce). Avg accumulates like Sum: divide by world_size() once at the end.
+/// The exercises use this for every local reduction. Sizes must match (else dist::Error).
+#define DIST_DECLARE_REDUCE_INTO(T) \
+  void reduce_into(std::span<T> inout, std::span<const T> in, ReduceOp op);
+DIST_DECLARE_REDUCE_INTO(float)
+DIST_DECLARE_REDUCE_INTO(double)
+DIST_DECLARE_REDUCE_INTO(std::int32_t)
+DIST_DECLARE_REDUCE_INTO(std::int64_t)
+#undef DIST_DECLARE_REDUCE_INTO
+
+}  // namespace dist

@@ -1,0 +1,166 @@
+// The threads engine ("fake_dist"): ranks are threads of one process; see docs/fake_dist.md.
+//
+// Concurrency in one paragraph: one engine mutex guards matching queues, collective slots and
+// every rank's scheduling state (Running / Blocked / Finished). A rank that must wait marks
+// itself Blocked under the mutex; whoever completes what it waits for marks it Running under the
+// same mutex *before* waking it. So "every unfinished rank is Blocked" is an exact, race-free
+// deadlock test, evaluated whenever a rank blocks or finishes. Waits spin briefly, then sleep
+// (wait_policy.hpp) with the launch timeout. A rank's clock, link state, counters and trace
+// belong to its own thread; built-in collectives compute everyone's results in the last arriver
+// (under the mutex) and each rank applies its own when it leaves.
+//
+// One file per responsibility:
+//   engine.cpp       rank states, blocking and waking, failure and deadlock detection, lifetime
+//   wait_policy.hpp  spin / yield / sleep
+//   link_model.hpp   the cost of a message on the simulated clock (also used by schedules.cpp)
+//   p2p.cpp          posting, matching and completing send/recv/isend/irecv
+//   collectives.cpp  built-in collectives: arrival, data movement, results
+//   schedules.cpp    the message schedules the built-in collectives charge
+//   diagnostics.cpp  the texts of deadlock, timeout and mismatch errors
+//   trace.cpp        the Chrome trace
+//   launch.cpp       the per-rank BackendImpl and launch_threads()
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "dist/backend.hpp"
+#include "threads/ops.hpp"
+
+namespace dist::detail::fake {
+
+enum class RunState { Running, Blocked, Finished };
+
+/// What a Blocked rank waits for (for deadlock reports).
+struct Pending {
+  enum Kind { None, P2P, Coll } kind = None;
+  std::shared_ptr<P2POp> op;
+  std::shared_ptr<CollSlot> slot;
+  std::uint64_t seq = 0;
+  CollCall call;
+};
+
+struct alignas(64) Rank {
+  // Guarded by the engine mutex.
+  RunState state = RunState::Running;
+  Pending pending;
+  WakeSignal signal;         // bumped under the engine mutex by whoever wakes this rank
+  std::atomic<int> cpu{-1};  // the CPU this rank's thread last ran a dist call on (a hint)
+  // Owned by the rank's thread.
+  LinkState link;
+  Stats stats;
+  std::uint64_t coll_seq = 0;
+  std::vector<std::shared_ptr<P2POp>> outstanding;  // isend/irecv not yet waited
+  std::vector<std::shared_ptr<AsyncColl>> outstanding_async;
+  std::vector<TraceEvent> trace;
+};
+
+/// Unmatched sends and recvs of one (source, destination, tag).
+struct Queues {
+  std::deque<std::shared_ptr<P2POp>> sends, recvs;
+};
+
+class Engine {
+ public:
+  Engine(const LaunchOptions& options, std::function<void()> body);
+
+  const LaunchOptions& options() const { return opts_; }
+  int size() const { return p_; }
+  Rank& rank_state(int r) { return *ranks_[static_cast<std::size_t>(r)]; }
+  const Rank& rank_state(int r) const { return *ranks_[static_cast<std::size_t>(r)]; }
+
+  // rank lifetime (engine.cpp)
+  void run_rank(int r, BackendImpl& backend);
+  void abort_start(int started, const std::string& why);
+  void wait_for_ranks(std::vector<std::thread>& threads);
+  std::exception_ptr first_error();
+
+  // point-to-point (p2p.cpp)
+  std::shared_ptr<P2POp> post(int r, bool is_send, bool blocking, const void* sbuf, void* rbuf,
+                              std::size_t count, DataType type, int peer, int tag);
+  void wait_p2p(int r, const std::shared_ptr<P2POp>& op);
+  bool p2p_completed(int r, const std::shared_ptr<P2POp>& op);
+
+  // collectives (collectives.cpp)
+  void collective(int r, CollCall call);
+  std::shared_ptr<AsyncColl> collective_async(int r, CollCall call);
+  void wait_async(int r, AsyncColl& a);
+  bool async_completed(AsyncColl& a);
+  void sim_compute(int r, double seconds, const char* label);
+  void sim_reduce(int r, std::size_t bytes);
+
+  void reset_stats(int r) { rank_state(r).stats = fresh_stats(p_); }
+
+  // trace (trace.cpp)
+  void trace(int r, TraceEvent ev);
+  void write_trace();
+
+ private:
+  // All *_locked functions need mu_ held.
+  // engine.cpp
+  void block(int r, std::unique_lock<std::mutex>& lk, const Pending& what, const std::function<bool()>& ready);
+  void wake_locked(int r);
+  void wake_all_blocked_locked();
+  [[noreturn]] void throw_failure_locked();
+  void throw_if_failed();
+  void fail_locked(int r, std::exception_ptr e);
+  void check_deadlock_locked();
+  void finish_rank(int r, std::exception_ptr error);
+  void check_poll_timeout(int r, SteadyClock::time_point& first_poll, const std::string& what);
+  // diagnostics.cpp
+  std::string describe_pending_locked(int r) const;
+  std::string deadlock_report_locked() const;
+  std::string deadlock_hint_locked() const;
+  std::string timeout_report_locked(int r, std::chrono::milliseconds waited) const;
+  std::string poll_timeout_report(int r, const std::string& what, std::chrono::milliseconds polled) const;
+  static std::string send_recv_mismatch(const P2POp& send, const P2POp& recv);
+  static std::string collective_mismatch(std::uint64_t seq, int first_rank, const CollCall& first, int r,
+                                         const CollCall& call);
+  static std::string leaked_work_report(const std::string& leaks);
+  // p2p.cpp
+  void match_locked(const std::shared_ptr<P2POp>& send, const std::shared_ptr<P2POp>& recv);
+  void complete_p2p(int r, P2POp& op);
+  void withdraw_locked(int r, const P2POp& op);
+  Queues& queues_locked(int src, int dst, int tag);
+  // collectives.cpp
+  std::shared_ptr<CollSlot> arrive_locked(int r, const CollCall& call, std::uint64_t seq);
+  void finalize_slot_locked(CollSlot& slot);
+  void exec_part(const CollSlot& slot, int r);
+  void wait_parts(CollSlot& slot);
+  void apply_result(int r, const CollSlot& slot, bool async);
+
+  LaunchOptions opts_;
+  std::function<void()> body_;
+  int p_;
+  bool tracing_ = false;
+  WaitPolicy wait_;
+
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  int blocked_ = 0, finished_ = 0;
+  bool failed_ = false, deadlock_ = false;
+  std::atomic<bool> failed_flag_{false};  // mirrors failed_ for lock-free polls
+  std::string fail_msg_;
+  std::exception_ptr first_error_;
+  std::vector<std::unordered_map<std::uint64_t, Queues>> boxes_;  // [dst][(src, tag)]
+  std::map<std::uint64_t, std::shared_ptr<CollSlot>> slots_;
+  // launch bookkeeping
+  int threads_done_ = 0;
+  std::vector<char> thread_done_;
+  bool abandoned_ = false;
+  std::condition_variable done_cv_;
+};
+
+}  // namespace dist::detail::fake

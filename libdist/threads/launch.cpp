@@ -1,0 +1,153 @@
+// The launch adapter of the threads engine: the per-rank BackendImpl that <dist/dist.hpp>'s free
+// functions call, the Work handles of isend/irecv/all_reduce_async, and launch_threads(), which
+// runs one thread per rank and rethrows the first rank's error.
+#include <memory>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "threads/engine.hpp"
+
+namespace dist::detail {
+namespace fake {
+namespace {
+
+class P2PWork final : public WorkImpl {
+ public:
+  P2PWork(Engine* e, int r, std::shared_ptr<P2POp> op) : e_(e), r_(r), op_(std::move(op)) {}
+  bool is_completed() override { return e_->p2p_completed(r_, op_); }
+  void wait() override { e_->wait_p2p(r_, op_); }
+
+ private:
+  Engine* e_;
+  int r_;
+  std::shared_ptr<P2POp> op_;
+};
+
+class AsyncWork final : public WorkImpl {
+ public:
+  explicit AsyncWork(std::shared_ptr<AsyncColl> a) : a_(std::move(a)) {}
+  bool is_completed() override { return a_->engine->async_completed(*a_); }
+  void wait() override { a_->engine->wait_async(a_->rank, *a_); }
+
+ private:
+  std::shared_ptr<AsyncColl> a_;
+};
+
+class RankBackend final : public BackendImpl {
+ public:
+  RankBackend(Engine* e, int r) : e_(e), r_(r) {}
+  int rank() const override { return r_; }
+  int size() const override { return e_->size(); }
+
+  void send(const void* buf, std::size_t count, DataType type, int dst, int tag) override {
+    auto op = e_->post(r_, true, true, buf, nullptr, count, type, dst, tag);
+    e_->wait_p2p(r_, op);
+  }
+  void recv(void* buf, std::size_t count, DataType type, int src, int tag) override {
+    auto op = e_->post(r_, false, true, nullptr, buf, count, type, src, tag);
+    e_->wait_p2p(r_, op);
+  }
+  Work isend(const void* buf, std::size_t count, DataType type, int dst, int tag) override {
+    return Work(std::make_shared<P2PWork>(e_, r_, e_->post(r_, true, false, buf, nullptr, count, type, dst, tag)));
+  }
+  Work irecv(void* buf, std::size_t count, DataType type, int src, int tag) override {
+    return Work(std::make_shared<P2PWork>(e_, r_, e_->post(r_, false, false, nullptr, buf, count, type, src, tag)));
+  }
+  void barrier() override { e_->collective(r_, make(CollKind::Barrier, nullptr, nullptr, 0, DataType::Float32)); }
+
+  void broadcast(void* buf, std::size_t count, DataType type, int src) override {
+    auto c = make(CollKind::Broadcast, buf, buf, count, type);
+    c.root = src;
+    e_->collective(r_, c);
+  }
+  void reduce(void* buf, std::size_t count, DataType type, ReduceOp op, int dst) override {
+    auto c = make(CollKind::Reduce, buf, buf, count, type);
+    c.op = op;
+    c.root = dst;
+    e_->collective(r_, c);
+  }
+  void all_reduce(void* buf, std::size_t count, DataType type, ReduceOp op) override {
+    auto c = make(CollKind::AllReduce, buf, buf, count, type);
+    c.op = op;
+    e_->collective(r_, c);
+  }
+  Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op) override {
+    auto c = make(CollKind::AllReduce, buf, buf, count, type);
+    c.op = op;
+    return Work(std::make_shared<AsyncWork>(e_->collective_async(r_, c)));
+  }
+  void gather(const void* in, void* out, std::size_t count, DataType type, int dst) override {
+    auto c = make(CollKind::Gather, in, out, count, type);
+    c.root = dst;
+    e_->collective(r_, c);
+  }
+  void all_gather(const void* in, void* out, std::size_t count, DataType type) override {
+    e_->collective(r_, make(CollKind::AllGather, in, out, count, type));
+  }
+  void scatter(const void* in, void* out, std::size_t count, DataType type, int src) override {
+    auto c = make(CollKind::Scatter, in, out, count, type);
+    c.root = src;
+    e_->collective(r_, c);
+  }
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op) override {
+    auto c = make(CollKind::ReduceScatter, in, out, count, type);
+    c.op = op;
+    e_->collective(r_, c);
+  }
+
+  Stats stats() override { return e_->rank_state(r_).stats; }
+  void reset_stats() override { e_->reset_stats(r_); }
+  double sim_time() override { return e_->rank_state(r_).link.clock; }
+  void sim_compute(double seconds, const char* label) override { e_->sim_compute(r_, seconds, label); }
+  void sim_reduce(std::size_t bytes) override { e_->sim_reduce(r_, bytes); }
+
+ private:
+  static CollCall make(CollKind kind, const void* in, void* out, std::size_t count, DataType type) {
+    CollCall c;
+    c.kind = kind;
+    c.in = in;
+    c.out = out;
+    c.count = count;
+    c.type = type;
+    return c;
+  }
+  Engine* e_;
+  int r_;
+};
+
+}  // namespace
+}  // namespace fake
+
+using fake::Engine;
+using fake::RankBackend;
+
+void launch_threads(const LaunchOptions& options, const std::function<void()>& body) {
+  auto engine = std::make_shared<Engine>(options, body);
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(options.world_size));
+  for (int r = 0; r < options.world_size; ++r) {
+    try {
+      threads.emplace_back([engine, r] {
+        RankBackend backend(engine.get(), r);
+        engine->run_rank(r, backend);
+      });
+    } catch (const std::system_error& e) {
+      engine->abort_start(r, "could not start thread " + std::to_string(r) + " of " +
+                                 std::to_string(options.world_size) + ": " + e.what() +
+                                 "; use a smaller world size");
+      break;
+    }
+  }
+  threads.resize(static_cast<std::size_t>(options.world_size));
+  engine->wait_for_ranks(threads);
+  std::exception_ptr error = engine->first_error();
+  try {
+    engine->write_trace();
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace dist::detail

@@ -1,0 +1,109 @@
+// The operations the threads engine keeps in flight: point-to-point messages, collective calls
+// and the slot where all ranks' calls of one collective meet, and trace events.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/dist.hpp"
+#include "threads/link_model.hpp"
+#include "threads/schedules.hpp"
+#include "threads/wait_policy.hpp"
+
+namespace dist::detail::fake {
+
+/// A send or recv posted by `owner`; matched by (source, tag) in FIFO order (p2p.cpp).
+struct P2POp {
+  bool is_send = false;
+  bool blocking = false;  // send/recv (true) or isend/irecv (false); for messages only
+  int owner = 0;          // the rank that posted it
+  int peer = 0;           // dst for a send, src for a recv
+  int tag = 0;
+  const void* sbuf = nullptr;
+  void* rbuf = nullptr;
+  std::size_t count = 0;
+  DataType type = DataType::Float32;
+  double post_clock = 0;  // owner's clock when posted
+  Transfer wire;          // set by the sender at post; copied into the recv at match
+  std::atomic<bool> done{false};
+  bool waited = false;                   // owner thread only
+  SteadyClock::time_point first_poll{};  // owner thread only: first is_completed() that said no
+  std::string error;                     // non-empty: mismatch (set before done)
+
+  std::size_t bytes() const { return count * size_of(type); }
+  /// "send(dst=1, tag=0, 16 floats)"; "wait on isend(...)" for a non-blocking one (diagnostics.cpp).
+  std::string describe() const;
+};
+
+/// One rank's call of a collective.
+struct CollCall {
+  CollKind kind = CollKind::Barrier;
+  std::size_t count = 0;
+  DataType type = DataType::Float32;
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;
+  bool async = false;
+  const void* in = nullptr;
+  void* out = nullptr;
+  LinkState link;  // the caller's clock and link state on arrival
+
+  bool has_op() const {
+    return kind == CollKind::Reduce || kind == CollKind::AllReduce || kind == CollKind::ReduceScatter;
+  }
+  bool has_root() const {
+    return kind == CollKind::Broadcast || kind == CollKind::Reduce || kind == CollKind::Gather ||
+           kind == CollKind::Scatter;
+  }
+  bool same_as(const CollCall& o) const {
+    return kind == o.kind && count == o.count && type == o.type && (!has_op() || op == o.op) &&
+           (!has_root() || root == o.root);
+  }
+  /// "all_reduce(16 floats, sum)" (diagnostics.cpp).
+  std::string describe() const;
+};
+
+/// Where the calls of one collective (the seq-th of every rank) meet (collectives.cpp).
+struct CollSlot {
+  std::uint64_t seq = 0;
+  int p = 0;
+  int arrived = 0;
+  int first_rank = -1;
+  bool any_async = false;
+  std::atomic<bool> ready{false};  // all arrived; results computed (set under the engine mutex)
+  std::atomic<bool> done{false};   // data moved (async: by the last arriver)
+  std::vector<CollCall> calls;     // per rank
+  std::vector<LinkState> result;   // per rank, after the schedule
+  std::vector<std::vector<MsgRecord>> msgs;
+  double start = 0;                // max of the arrival clocks
+  std::atomic<int> parts_done{0};  // parallel execution: ranks done with their part
+};
+
+class Engine;
+
+/// An all_reduce_async in flight on one rank.
+struct AsyncColl {
+  Engine* engine = nullptr;
+  int rank = 0;
+  std::shared_ptr<CollSlot> slot;
+  bool applied = false;  // owner thread only
+  SteadyClock::time_point first_poll{};
+};
+
+/// One span of a rank's trace track (trace.cpp).
+struct TraceEvent {
+  std::string name;
+  double t0 = 0, t1 = 0;
+  int peer = -1, tag = -1;
+  std::uint64_t bytes = 0;
+  std::uint64_t seq = 0;
+  bool is_coll = false;
+};
+
+/// "16 floats", "1 int32".
+std::string describe_count(std::size_t count, DataType type);
+
+}  // namespace dist::detail::fake

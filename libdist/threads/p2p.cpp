@@ -1,0 +1,128 @@
+// Point-to-point on the threads engine: send/recv/isend/irecv are posted into per-(source, tag)
+// FIFO queues of the destination, matched there (no wildcards), and completed by their owner.
+// send is synchronous: it returns only once the matching recv took the data (docs/fake_dist.md).
+#include <algorithm>
+#include <cstring>
+
+#include "threads/engine.hpp"
+
+namespace dist::detail::fake {
+
+namespace {
+std::uint64_t box_key(int src, int tag) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(tag);
+}
+}  // namespace
+
+Queues& Engine::queues_locked(int src, int dst, int tag) {
+  return boxes_[static_cast<std::size_t>(dst)][box_key(src, tag)];
+}
+
+void Engine::withdraw_locked(int r, const P2POp& op) {
+  auto& box = op.is_send ? queues_locked(r, op.peer, op.tag) : queues_locked(op.peer, r, op.tag);
+  auto& q = op.is_send ? box.sends : box.recvs;
+  auto it = std::find_if(q.begin(), q.end(), [&](const auto& x) { return x.get() == &op; });
+  if (it != q.end()) q.erase(it);
+}
+
+void Engine::match_locked(const std::shared_ptr<P2POp>& s, const std::shared_ptr<P2POp>& rv) {
+  if (s->type != rv->type || s->count != rv->count) {
+    s->error = rv->error = send_recv_mismatch(*s, *rv);
+  } else {
+    if (s->bytes() > 0) std::memcpy(rv->rbuf, s->sbuf, s->bytes());
+    rv->wire = s->wire;
+  }
+  s->done.store(true, std::memory_order_release);
+  rv->done.store(true, std::memory_order_release);
+  wake_locked(s->owner);
+  wake_locked(rv->owner);
+}
+
+std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const void* sbuf, void* rbuf,
+                                    std::size_t count, DataType type, int peer, int tag) {
+  Rank& me = rank_state(r);
+  me.cpu.store(sched_getcpu(), std::memory_order_relaxed);
+  auto op = std::make_shared<P2POp>();
+  op->is_send = is_send;
+  op->blocking = blocking;
+  op->owner = r;
+  op->peer = peer;
+  op->tag = tag;
+  op->sbuf = sbuf;
+  op->rbuf = rbuf;
+  op->count = count;
+  op->type = type;
+  op->post_clock = me.link.clock;
+  if (is_send) {
+    op->wire = post_message(me.link, opts_.network.message_cost(r, peer, op->bytes()));
+    count_message(me.stats, Direction::Sent, peer, op->bytes());
+  }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (failed_) throw_failure_locked();
+    // A send waits in its destination's queue for (r, tag); a recv in its own for (peer, tag).
+    Queues& q = is_send ? queues_locked(r, peer, tag) : queues_locked(peer, r, tag);
+    auto& partners = is_send ? q.recvs : q.sends;
+    if (partners.empty()) {
+      (is_send ? q.sends : q.recvs).push_back(op);
+    } else {
+      auto partner = std::move(partners.front());
+      partners.pop_front();
+      is_send ? match_locked(op, partner) : match_locked(partner, op);
+    }
+    if (!op->error.empty()) fail_locked(r, std::make_exception_ptr(MismatchError(op->error)));
+  }
+  if (!blocking) me.outstanding.push_back(op);
+  return op;
+}
+
+void Engine::complete_p2p(int r, P2POp& op) {
+  Rank& me = rank_state(r);
+  op.waited = true;
+  if (!op.error.empty()) return;
+  if (op.is_send) {
+    finish_send(me.link, op.wire);
+  } else {
+    receive_message(me.link, op.wire);
+    count_message(me.stats, Direction::Received, op.peer, op.bytes());
+  }
+  if (tracing_) {
+    TraceEvent ev;
+    ev.name = op.is_send ? (op.blocking ? "send" : "isend") : (op.blocking ? "recv" : "irecv");
+    ev.t0 = op.post_clock;
+    ev.t1 = me.link.clock;
+    ev.peer = op.peer;
+    ev.tag = op.tag;
+    ev.bytes = op.bytes();
+    trace(r, std::move(ev));
+  }
+}
+
+void Engine::wait_p2p(int r, const std::shared_ptr<P2POp>& op) {
+  // Spin briefly without the mutex (the partner is usually about to match), then block.
+  if (!wait_.spin_until([&] { return op->done.load(std::memory_order_acquire); }, &rank_state(op->peer).cpu)) {
+    std::unique_lock<std::mutex> lk(mu_);
+    Pending what;
+    what.kind = Pending::P2P;
+    what.op = op;
+    block(r, lk, what, [&] { return op->done.load(std::memory_order_relaxed); });
+  }
+  if (!op->waited) {
+    complete_p2p(r, *op);
+    if (!op->blocking) {
+      auto& v = rank_state(r).outstanding;
+      auto it = std::find(v.begin(), v.end(), op);
+      if (it != v.end()) v.erase(it);
+    }
+  }
+  if (!op->error.empty()) throw MismatchError(op->error);
+}
+
+bool Engine::p2p_completed(int r, const std::shared_ptr<P2POp>& op) {
+  if (op->done.load(std::memory_order_acquire)) return true;
+  throw_if_failed();
+  check_poll_timeout(r, op->first_poll, op->describe().substr(8));  // drop "wait on "
+  return false;
+}
+
+}  // namespace dist::detail::fake
