@@ -74,13 +74,15 @@ float softmax_cross_entropy_forward(const Matrix& logits, std::span<const std::i
                                     Matrix& probs) {
   check_labels(labels, logits.rows(), logits.cols(), "softmax_cross_entropy_forward");
   if (logits.rows() == 0) return 0.0f;
-  DISTLAB_TODO("per row: m = max logit, e = exp(logits - m), probs = e / sum(e), loss_row = m + log(sum(e)) - logits[label]; return the mean of loss_row (accumulate in double)");
+  DISTLAB_TODO("per row: m = max logit, e = exp(logits - m), probs = e / sum(e), loss_row = m + "
+               "log(sum(e)) - logits[label]; return the mean of loss_row (accumulate in double)");
 }
 
 void softmax_cross_entropy_backward(const Matrix& probs, std::span<const std::int32_t> labels,
                                     Matrix& dlogits) {
   check_labels(labels, probs.rows(), probs.cols(), "softmax_cross_entropy_backward");
-  DISTLAB_TODO("dlogits = probs, minus 1 at each row's label, all divided by the batch size B (the loss is a mean)");
+  DISTLAB_TODO("dlogits = probs, minus 1 at each row's label, all divided by the batch size B "
+               "(the loss is a mean)");
 }
 
 // =============================================================================================
@@ -103,7 +105,9 @@ const Matrix& MLP::forward(const Matrix& x) {
                                 std::to_string(config_.dim_in));
   }
   input_ = &x;
-  DISTLAB_TODO("h = x; for each layer i: z_[i] = linear_forward(h, weights_[i].value); except after the last layer, h_[i] = activation_forward(config_.activation, z_[i]) and h = h_[i]; the logits are z_.back()");
+  DISTLAB_TODO("h = x; for each layer i: z_[i] = linear_forward(h, weights_[i].value); except "
+               "after the last layer, h_[i] = activation_forward(config_.activation, z_[i]) and h "
+               "= h_[i]; the logits are z_.back()");
   return z_.back();
 }
 
@@ -114,7 +118,10 @@ void MLP::backward(const Matrix& dlogits) {
                                 std::to_string(z_.back().rows()) + " x " +
                                 std::to_string(z_.back().cols()));
   }
-  DISTLAB_TODO("dz = dlogits; for i from the last layer down to 0: weights_[i].grad = linear_backward_weight(input of layer i, dz); weights_[i].run_hooks() at once; if i > 0: dh_[i-1] = linear_backward_input(W_i, dz), dz_[i-1] = activation_backward(...), dz = dz_[i-1]");
+  DISTLAB_TODO("dz = dlogits; for i from the last layer down to 0: weights_[i].grad = "
+               "linear_backward_weight(input of layer i, dz); weights_[i].run_hooks() at once; if "
+               "i > 0: dh_[i-1] = linear_backward_input(W_i, dz), dz_[i-1] = "
+               "activation_backward(...), dz = dz_[i-1]");
 }
 
 // =============================================================================================

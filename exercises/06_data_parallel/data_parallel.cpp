@@ -18,27 +18,38 @@ std::int64_t global_batch_index(std::int64_t step, int rank, int world_size) {
 }
 
 bool check_parameter_closeness(const mlp::MLP& model, float rtol) {
-  DISTLAB_TODO("flatten this rank's parameters; dist::gather them on rank 0; rank 0 compares each rank's copy with its own; dist::broadcast the answer (an int32) from rank 0; return it");
+  DISTLAB_TODO("flatten this rank's parameters; dist::gather them on rank 0; rank 0 compares each "
+               "rank's copy with its own; dist::broadcast the answer (an int32) from rank 0; "
+               "return it");
 }
 
 void allreduce_gradients(mlp::MLP& model) {
-  DISTLAB_TODO("for every parameter: dist::all_reduce its grad with ReduceOp::Avg (dist::as_span turns a matrix into a span)");
+  DISTLAB_TODO("for every parameter: dist::all_reduce its grad with ReduceOp::Avg (dist::as_span "
+               "turns a matrix into a span)");
 }
 
 void MyDP::broadcast_parameters() {
-  DISTLAB_TODO("dist::broadcast every parameter's value from rank 0, in the same order on every rank");
+  DISTLAB_TODO("dist::broadcast every parameter's value from rank 0, in the same order on every "
+               "rank");
 }
 
 void MyDP::build_buckets() {
-  DISTLAB_TODO("walk params_ from the last to the first; open a new bucket when the current one is empty or adding this parameter's bytes (numel * sizeof(float)) would exceed bucket_cap_bytes_; record bucket_of_[i] and offset_[i] (floats into the bucket); size each bucket's buffer");
+  DISTLAB_TODO("walk params_ from the last to the first; open a new bucket when the current one "
+               "is empty or adding this parameter's bytes (numel * sizeof(float)) would exceed "
+               "bucket_cap_bytes_; record bucket_of_[i] and offset_[i] (floats into the bucket); "
+               "size each bucket's buffer");
 }
 
 void MyDP::on_gradient_ready(int index) {
-  DISTLAB_TODO("copy params_[index]->grad into its bucket's buffer at offset_[index]; count it; when the bucket has all its gradients, start dist::all_reduce_async(buffer, Avg), keep the Work, mark it launched");
+  DISTLAB_TODO("copy params_[index]->grad into its bucket's buffer at offset_[index]; count it; "
+               "when the bucket has all its gradients, start dist::all_reduce_async(buffer, Avg), "
+               "keep the Work, mark it launched");
 }
 
 void MyDP::finish_gradient_sync() {
-  DISTLAB_TODO("for every bucket in launch order: throw std::logic_error if it was not launched; wait on its Work; copy each parameter's averaged gradient back from the buffer; reset ready and launched for the next step");
+  DISTLAB_TODO("for every bucket in launch order: throw std::logic_error if it was not launched; "
+               "wait on its Work; copy each parameter's averaged gradient back from the buffer; "
+               "reset ready and launched for the next step");
 }
 
 // =============================================================================================
