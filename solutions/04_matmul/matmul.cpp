@@ -122,9 +122,9 @@ Eigen::MatrixXf unpack_col_blocks(std::span<const float> buf, Index rows, Index 
 
 Eigen::MatrixXf matmul_by_rows(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
   Eigen::MatrixXf C;
-  // BEGIN SOLUTION: C = A B with the rows of A and C partitioned over the ranks, following the row
-  //   plan in matmul.hpp step by step (README: Tasks, 3a; the tests compare traffic and time with
-  //   the plan)
+  // BEGIN SOLUTION: the product A B with the rows of A and C partitioned over the ranks, following
+  //   the row plan in matmul.hpp step by step (README: Tasks, 3a; the tests compare traffic and
+  //   time with the plan)
   const int p = dist::world_size();
   const int me = dist::rank();
   const Shape s = share_shape(A, B);
@@ -152,8 +152,8 @@ Eigen::MatrixXf matmul_by_rows(const Eigen::MatrixXf& A, const Eigen::MatrixXf& 
 
 Eigen::MatrixXf matmul_by_cols(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
   Eigen::MatrixXf C;
-  // BEGIN SOLUTION: C = A B with the columns of B and C partitioned over the ranks, following the
-  //   column plan in matmul.hpp (README: Tasks, 3b)
+  // BEGIN SOLUTION: the product A B with the columns of B and C partitioned over the ranks,
+  //   following the column plan in matmul.hpp (README: Tasks, 3b)
   const int p = dist::world_size();
   const int me = dist::rank();
   const Shape s = share_shape(A, B);
@@ -181,9 +181,9 @@ Eigen::MatrixXf matmul_by_cols(const Eigen::MatrixXf& A, const Eigen::MatrixXf& 
 
 Eigen::MatrixXf matmul_by_reduction(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
   Eigen::MatrixXf C;
-  // BEGIN SOLUTION: C = A B with the shared dimension k partitioned over the ranks: every rank
-  //   computes a full-size partial product and the partials are summed on rank 0, following the
-  //   plan in matmul.hpp (README: Tasks, 3c)
+  // BEGIN SOLUTION: the product A B with the shared dimension k partitioned over the ranks: every
+  //   rank computes a full-size partial product and the partials are summed on rank 0, following
+  //   the plan in matmul.hpp (README: Tasks, 3c)
   const int p = dist::world_size();
   const int me = dist::rank();
   const Shape s = share_shape(A, B);
@@ -210,9 +210,9 @@ Eigen::MatrixXf matmul_by_reduction(const Eigen::MatrixXf& A, const Eigen::Matri
 
 Eigen::MatrixXf matmul_2d_blocks(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
   Eigen::MatrixXf C;
-  // BEGIN SOLUTION: C = A B on a q x q grid of ranks, each computing one block of C, following the
-  //   2-D plan in matmul.hpp, including its check of the world size before any communication
-  //   (README: Tasks, 3d)
+  // BEGIN SOLUTION: the product A B on a q x q grid of ranks, each computing one block of C,
+  //   following the 2-D plan in matmul.hpp, including its check of the world size before any
+  //   communication (README: Tasks, 3d)
   const int p = dist::world_size();
   const int me = dist::rank();
   const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(p))));
