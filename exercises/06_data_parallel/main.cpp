@@ -119,8 +119,8 @@ int main(int argc, char** argv) {
     std::printf("\nsimulated step (compute modelled at %.0f GFLOP/s per rank, %d ranks):\n", gflops,
                 launch.world_size);
     std::printf("  compute per rank and step : forward %.1f MFLOP, backward %.1f MFLOP\n"
-                "  (backward is less than 2x forward: the first layer, %.0f%% of the %lld parameters, "
-                "has no input gradient)\n",
+                "  (backward is less than 2x forward: the first layer, %.0f%% of the %lld "
+                "parameters, has no input gradient)\n",
                 flops.forward / 1e6, flops.backward_total() / 1e6,
                 100.0 * static_cast<double>(params.front()->numel()) / static_cast<double>(shape.num_parameters()),
                 static_cast<long long>(shape.num_parameters()));
