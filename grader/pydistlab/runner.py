@@ -121,6 +121,10 @@ def _headline(failures: list[str], output: str) -> str:
                 for tail in ('" thrown in the test body.', '" thrown in SetUp().', '" thrown in TearDown().'):
                     if line.endswith(tail):
                         line = line[: -len(tail)]
+                where = line.rfind(" (") if key == "not implemented:" and line.endswith(")") else -1
+                if len(line) > 240 and where > 0 and len(line) - where < 120:
+                    # A long TODO text: keep its start and the (file:line) that says which function.
+                    return line[: 240 - (len(line) - where) - 4] + " ..." + line[where:]
                 return line[:240]
     for f in failures:
         for line in f.splitlines()[1:] + f.splitlines()[:1]:

@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "grader"))
 
-from pydistlab import hints, manifest as mf, stubs  # noqa: E402
+from pydistlab import hints, manifest as mf, runner, stubs  # noqa: E402
 from pydistlab.commands import hint as hint_cmd  # noqa: E402
 from pydistlab.errors import DistlabError  # noqa: E402
 from pydistlab.paths import CXX_EXTENSIONS, SOLUTIONS  # noqa: E402
@@ -158,6 +158,16 @@ class TestStubContinuation(unittest.TestCase):
         out = stubs.strip_solutions(src, "f.cpp")
         self.assertIn('DISTLAB_TODO("do it");', out)
         self.assertNotIn("a comment of the solution", out)
+
+
+class TestHeadline(unittest.TestCase):
+    def test_a_long_todo_keeps_the_file_and_line(self) -> None:
+        failure = ('C++ exception with description "not implemented: ' + "the goal " * 40 +
+                   '(exercises/05_mlp/mlp.cpp:150)" thrown in the test body.')
+        line = runner._headline([failure], "")
+        self.assertLessEqual(len(line), 240)
+        self.assertTrue(line.startswith("not implemented: the goal"))
+        self.assertTrue(line.endswith(" ... (exercises/05_mlp/mlp.cpp:150)"), line)
 
 
 class TestHintCommand(unittest.TestCase):
