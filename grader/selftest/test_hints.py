@@ -71,7 +71,7 @@ class TestHintFiles(unittest.TestCase):
                          "every module with exercises has TODO regions in solutions/")
         for module, found in functions.items():
             table = hints.load(module)
-            for name, region in found:
+            for name, _region in found:
                 with self.subTest(module=module, function=name):
                     h = hints.find(table, module, name)
                     self.assertEqual(len(h.levels), 3)
