@@ -122,9 +122,11 @@ def _headline(failures: list[str], output: str) -> str:
                     if line.endswith(tail):
                         line = line[: -len(tail)]
                 where = line.rfind(" (") if key == "not implemented:" and line.endswith(")") else -1
-                if len(line) > 240 and where > 0 and len(line) - where < 120:
-                    # A long TODO text: keep its start and the (file:line) that says which function.
-                    return line[: 240 - (len(line) - where) - 4] + " ..." + line[where:]
+                if where > 0 and len(line) - where < 120:
+                    # A TODO: its place first (file:line says which function), so that a table
+                    # that cuts the line short still names it; then the TODO text.
+                    text = line[len(key):where].strip()
+                    return f"not implemented at {line[where + 2:-1]}: {text}"[:240]
                 return line[:240]
     for f in failures:
         for line in f.splitlines()[1:] + f.splitlines()[:1]:
