@@ -27,11 +27,14 @@ namespace threads {
 // 1. Start and join.
 
 void run_parallel(const std::vector<Task>& tasks) {
-  DISTLAB_TODO("start one std::thread per task (all of them), then join them all");
+  DISTLAB_TODO("run every task on its own new thread so that all of them run at the same time, "
+               "and return only when all have finished (README: Tasks, 1: \"start all, then join "
+               "all\")");
 }
 
 void run_sequential(const std::vector<Task>& tasks) {
-  DISTLAB_TODO("for each task: start a std::thread running it and join it before the next");
+  DISTLAB_TODO("run every task on its own new thread, one at a time in list order: a task starts "
+               "only after the previous one finished (README: Tasks, 1)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -43,7 +46,9 @@ std::pair<std::size_t, std::size_t> chunk_bounds(std::size_t n, int parts, int i
                                 std::to_string(parts) + " index=" + std::to_string(index));
   }
   std::pair<std::size_t, std::size_t> range{0, 0};
-  DISTLAB_TODO("base = n / parts, the first n % parts chunks get one extra item");
+  DISTLAB_TODO("set range to chunk `index` of `parts` contiguous chunks covering [0, n), sizes "
+               "differing by at most one, the larger chunks first (README: Tasks, 2, and the "
+               "rules below it)");
   return range;
 }
 
@@ -53,7 +58,8 @@ double parallel_sum(std::span<const double> data, int n_threads) {
                                 std::to_string(n_threads));
   }
   double total = 0.0;
-  DISTLAB_TODO("one partial sum per thread over chunk_bounds(data.size(), n_threads, t); join; add the partials in order");
+  DISTLAB_TODO("sum data on n_threads threads, each over its own chunk from chunk_bounds, without "
+               "sharing an accumulator while summing; combine in a fixed order (README: Tasks, 2)");
   return total;
 }
 
@@ -64,7 +70,8 @@ CreationCost measure_creation_cost(int n) {
   if (n < 1) throw std::invalid_argument("measure_creation_cost: n must be >= 1");
   CreationCost cost;
   cost.n = n;
-  DISTLAB_TODO("time n x (std::thread start + join), then n x (fork, child _exit(0), parent waitpid)");
+  DISTLAB_TODO("time creating and finishing n threads, then n processes that do nothing, into "
+               "cost (README: Tasks, 3; the header says which system calls)");
   return cost;
 }
 
@@ -75,13 +82,15 @@ WriteVisibility write_in_child_process(int initial, int written) {
                                 std::to_string(written));
   }
   WriteVisibility seen;
-  DISTLAB_TODO("fork; the child writes, reads back and _exit()s with what it read; the parent waitpid()s, then reads its own copy");
+  DISTLAB_TODO("let a child process change its copy of a variable and report what it saw; record "
+               "what the child and the parent saw (README: Tasks, 3: processes share nothing)");
   return seen;
 }
 
 WriteVisibility write_in_thread(int initial, int written) {
   WriteVisibility seen;
-  DISTLAB_TODO("a std::thread writes the parent's variable and reads it back; join; the parent reads it");
+  DISTLAB_TODO("let a thread change the parent's variable and report what it saw; record what the "
+               "thread and the parent saw (README: Tasks, 3: threads share everything)");
   return seen;
 }
 
@@ -95,13 +104,17 @@ void parallel_for(std::size_t n_items, int n_workers,
                                 std::to_string(n_workers));
   }
   if (n_items == 0) return;
-  DISTLAB_TODO("min(n_workers, n_items) threads take indices from a std::atomic counter; keep the first exception, stop, join, rethrow");
+  DISTLAB_TODO("call body for every index on a pool of at most n_workers threads that pull the "
+               "next index from a shared counter; after a failure stop handing out work and "
+               "rethrow the first exception once all threads are joined (README: Tasks, 4, and "
+               "the rules)");
 }
 
 std::vector<double> parallel_map(std::span<const double> inputs,
                                  const std::function<double(double)>& fn, int n_workers) {
   std::vector<double> out(inputs.size());
-  DISTLAB_TODO("parallel_for over the indices; item i writes out[i] = fn(inputs[i])");
+  DISTLAB_TODO("fill out so that each output is fn of the input at the same position, computed in "
+               "parallel with parallel_for (README: Tasks, 4)");
   return out;
 }
 
@@ -150,7 +163,9 @@ std::vector<double> generate_trajectories(const OdeConfig& config, int n_workers
   if (config.steps < 0) throw std::invalid_argument("generate_trajectories: steps must be >= 0");
   const auto len = static_cast<std::size_t>(config.steps) + 1;
   std::vector<double> data(config.n_trajectories * len);
-  DISTLAB_TODO("parallel_for over the trajectories; item i fills row i (a span of len values) with simulate_trajectory");
+  DISTLAB_TODO("generate every trajectory in parallel with parallel_for, each into its own row of "
+               "data, so that the result does not depend on the number of workers (README: Tasks, "
+               "5)");
   return data;
 }
 

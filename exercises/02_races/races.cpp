@@ -42,19 +42,22 @@ long add_and_subtract_racy(long repeats) {
 
 long add_and_subtract_with_mutex(long repeats) {
   long value = 0;
-  DISTLAB_TODO("two std::threads; each update of value happens while holding one std::mutex; join both");
+  DISTLAB_TODO("the racy program's two threads (one adds, one subtracts), made correct by a lock "
+               "around every update of the shared value (README: Tasks, 1)");
   return value;
 }
 
 long add_and_subtract_with_atomic(long repeats) {
   long result = 0;
-  DISTLAB_TODO("a std::atomic<long> updated with fetch_add / fetch_sub by the two threads; after join, result = its load()");
+  DISTLAB_TODO("the racy program's two threads, made correct by making each update one "
+               "indivisible read-modify-write (README: Tasks, 2)");
   return result;
 }
 
 long add_and_subtract_with_local_sums(long repeats) {
   long value = 0;
-  DISTLAB_TODO("each thread counts into its own local variable and stores it in its own slot; after join, value = the sum of the slots");
+  DISTLAB_TODO("the racy program's two threads, made correct by sharing nothing while counting "
+               "and combining once after both finish (README: Tasks, 3)");
   return value;
 }
 
@@ -71,7 +74,9 @@ void transfer_deadlock_prone(Account& from, Account& to, long amount) {
 
 void transfer(Account& from, Account& to, long amount) {
   if (&from == &to) return;
-  DISTLAB_TODO("hold both mutexes at once without deadlock (std::scoped_lock, or lock the smaller id first); then move the money");
+  DISTLAB_TODO("move amount from one account to the other while holding both accounts' locks, "
+               "taken so that two opposite transfers can never wait for each other (README: "
+               "Tasks, 4)");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -93,7 +98,9 @@ double to_unit(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x
 std::uint64_t stream_seed(std::uint64_t seed, int rank, Purpose purpose) {
   if (rank < 0) throw std::invalid_argument("stream_seed: rank must be >= 0, got " + std::to_string(rank));
   std::uint64_t h = 0;
-  DISTLAB_TODO("mix seed, purpose and (only for purposes not shared across ranks) rank into h with splitmix64, one input at a time");
+  DISTLAB_TODO("derive a 64-bit seed from (seed, purpose) and, for purposes that differ per rank, "
+               "the rank, so that no two distinct streams collide (races.hpp documents the "
+               "mixing; README: Tasks, 5)");
   return h;
 }
 
@@ -103,20 +110,23 @@ std::mt19937_64 make_stream(std::uint64_t seed, int rank, Purpose purpose) {
 
 std::vector<double> init_model(std::size_t n, std::uint64_t seed, int rank) {
   std::vector<double> w(n);
-  DISTLAB_TODO("gen = make_stream(seed, rank, Purpose::ModelInit); w[i] = 0.1 * (2 * to_unit(gen()) - 1)");
+  DISTLAB_TODO("fill w from this rank's model-initialisation stream, by the formula in races.hpp "
+               "(README: Tasks, 5)");
   return w;
 }
 
 std::vector<double> draw_data(std::size_t n, std::uint64_t seed, int rank) {
   std::vector<double> x(n);
-  DISTLAB_TODO("gen = make_stream(seed, rank, Purpose::Data); x[i] = to_unit(gen())");
+  DISTLAB_TODO("fill x from this rank's data stream, by the formula in races.hpp (README: Tasks, "
+               "5)");
   return x;
 }
 
 std::vector<std::size_t> shuffle_order(std::size_t n, std::uint64_t seed, int rank) {
   std::vector<std::size_t> p(n);
   for (std::size_t i = 0; i < n; ++i) p[i] = i;
-  DISTLAB_TODO("gen = make_stream(seed, rank, Purpose::Shuffle); for i = n-1 down to 1: swap(p[i], p[gen() % (i + 1)])");
+  DISTLAB_TODO("return a permutation of 0..n-1 shuffled with the shuffle stream, by the "
+               "Fisher-Yates order that races.hpp documents (README: Tasks, 5)");
   return p;
 }
 

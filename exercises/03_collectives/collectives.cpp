@@ -54,7 +54,9 @@ void check_size(const char* fn, const char* buffer, std::size_t got, std::size_t
 //   Time: (p-1)(alpha + n beta).
 void broadcast_naive(std::span<float> buf, int src) {
   check_root("broadcast_naive", "src", src);
-  DISTLAB_TODO("if this rank is src, send buf to every other rank (dist::send); otherwise receive it from src (dist::recv)");
+  DISTLAB_TODO("every rank ends with src's buf, src sending to each other rank itself: the star "
+               "(README: Tasks, 1; the cost model section says why blocking sends in a loop are "
+               "right here)");
 }
 
 // =============================================================================================
@@ -67,7 +69,9 @@ void broadcast_naive(std::span<float> buf, int src) {
 //   Time: ceil(log2 p)(alpha + n beta).
 void broadcast_tree(std::span<float> buf, int src) {
   check_root("broadcast_tree", "src", src);
-  DISTLAB_TODO("binomial tree on ranks relative to src: receive once from your parent, then send to your children (relative rank + 2^k), largest 2^k first");
+  DISTLAB_TODO("every rank ends with src's buf, spread along a binomial tree rooted at src so "
+               "that the number of informed ranks doubles every round (README: Hints, relative "
+               "ranks and binomial tree; cost model: farthest child first)");
 }
 
 // =============================================================================================
@@ -80,7 +84,8 @@ void broadcast_tree(std::span<float> buf, int src) {
 //   Time: (p-1)(alpha + n beta).
 void broadcast_ring(std::span<float> buf, int src) {
   check_root("broadcast_ring", "src", src);
-  DISTLAB_TODO("pass buf around the ring: receive it from the left neighbour (unless you are src), then send it to the right neighbour (unless that is src)");
+  DISTLAB_TODO("every rank ends with src's buf, each rank talking only to its ring neighbours, "
+               "starting at src (README: Tasks, 5)");
 }
 
 // =============================================================================================
@@ -94,7 +99,9 @@ void broadcast_ring(std::span<float> buf, int src) {
 //   arrivals only when they are faster than the link.
 void reduce_naive(std::span<float> buf, int dst, dist::ReduceOp op) {
   check_root("reduce_naive", "dst", dst);
-  DISTLAB_TODO("non-dst ranks send buf to dst; dst receives each other rank's buffer into a scratch vector and reduces it into buf with dist::reduce_into (Avg: divide by p at the end)");
+  DISTLAB_TODO("dst ends with the element-wise reduction (op) of every rank's buf, every other "
+               "rank sending straight to dst; reduce only with dist::reduce_into (README: Rules; "
+               "Tasks, 2)");
 }
 
 // =============================================================================================
@@ -106,7 +113,9 @@ void reduce_naive(std::span<float> buf, int dst, dist::ReduceOp op) {
 //   Time: ceil(log2 p)(alpha + n beta + n gamma) when p is a power of two.
 void reduce_tree(std::span<float> buf, int dst, dist::ReduceOp op) {
   check_root("reduce_tree", "dst", dst);
-  DISTLAB_TODO("binomial tree on ranks relative to dst: for 2^k = 1, 2, 4...: if your relative rank has bit k set, send buf to relative rank - 2^k and stop; else receive from relative rank + 2^k (if it exists) and reduce_into buf");
+  DISTLAB_TODO("dst ends with the reduction of every rank's buf, combined up a binomial tree "
+               "rooted at dst, the broadcast tree run backwards (README: Hints, binomial tree; "
+               "cost model: nearest child first)");
 }
 
 // =============================================================================================
@@ -117,7 +126,8 @@ void reduce_tree(std::span<float> buf, int dst, dist::ReduceOp op) {
 //   Bytes: rank 0 receives (p-1) n and sends (p-1) n; every other rank sends and receives n.
 //   Time: 2(p-1)(alpha + n beta) + (p-1) n gamma (reductions overlap arrivals only if cheaper).
 void all_reduce_naive(std::span<float> buf, dist::ReduceOp op) {
-  DISTLAB_TODO("ranks > 0 send buf to rank 0 and receive the result back; rank 0 receives and reduces every buffer (reduce_into; Avg: divide by p), then sends the result to every rank");
+  DISTLAB_TODO("every rank ends with the reduction of every rank's buf, all of it going through "
+               "rank 0: the baseline to beat (README: Tasks, 3)");
 }
 
 // =============================================================================================
@@ -133,7 +143,9 @@ void all_reduce_naive(std::span<float> buf, dist::ReduceOp op) {
 //   Bytes: each rank of the butterfly sends and receives n per round.
 //   Time: log2(p)(alpha + n beta + n gamma) for p a power of two.
 void all_reduce_butterfly(std::span<float> buf, dist::ReduceOp op) {
-  DISTLAB_TODO("fold ranks >= q = floor_pow2(p) into rank - q; among the first q ranks, for m = 1, 2, 4...: exchange buf with rank XOR m (isend + recv + wait) and reduce_into; Avg: divide by p; send the result back to the folded ranks");
+  DISTLAB_TODO("every rank ends with the reduction of every rank's buf by recursive doubling "
+               "among a power-of-two group, ranks beyond it folded in before and served after "
+               "(README: Hints, butterfly for any p; cost model: exchange steps)");
 }
 
 // =============================================================================================
@@ -149,7 +161,9 @@ void all_reduce_butterfly(std::span<float> buf, dist::ReduceOp op) {
 //   Bytes: each rank sends 2(p-1) chunks of about n/p to its right neighbour only.
 //   Time: 2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma.
 void all_reduce_ring(std::span<float> buf, dist::ReduceOp op) {
-  DISTLAB_TODO("cut buf into p chunks (shard_range); reduce-scatter: p-1 steps of isend one chunk right, recv another from the left, reduce_into; then all-gather: p-1 steps passing the reduced chunks around the ring");
+  DISTLAB_TODO("every rank ends with the reduction of every rank's buf, in place, as a ring "
+               "reduce-scatter followed by a ring all-gather over p chunks of buf (README: Tasks, "
+               "11; Hints, ring all-reduce; cost model: exchange steps)");
 }
 
 // =============================================================================================
@@ -165,7 +179,8 @@ void gather_naive(std::span<const float> in, std::span<float> out, int dst) {
     check_size("gather_naive", "out", out.size(), in.size() * dist::world_size(),
                "world_size x in.size() on dst");
   }
-  DISTLAB_TODO("non-dst ranks send in to dst; dst copies its own in to out[dst*m..] and receives rank r's block into out[r*m..(r+1)*m)");
+  DISTLAB_TODO("dst's out ends with every rank's block in rank order, every other rank sending "
+               "straight to dst (README: Tasks, 4: offsets into the output)");
 }
 
 // =============================================================================================
@@ -185,7 +200,9 @@ void gather_tree(std::span<const float> in, std::span<float> out, int dst) {
     check_size("gather_tree", "out", out.size(), in.size() * dist::world_size(),
                "world_size x in.size() on dst");
   }
-  DISTLAB_TODO("binomial tree on ranks relative to dst: collect your subtree's blocks (your own first, then each child's, in relative order) in a scratch buffer, send them to your parent in one message; dst rotates them into out");
+  DISTLAB_TODO("dst's out ends with every rank's block in rank order, collected up a binomial "
+               "tree rooted at dst, each rank forwarding its whole subtree in one message "
+               "(README: Tasks, 8; Hints, binomial tree)");
 }
 
 // =============================================================================================
@@ -198,7 +215,9 @@ void gather_tree(std::span<const float> in, std::span<float> out, int dst) {
 void all_gather_ring(std::span<const float> in, std::span<float> out) {
   check_size("all_gather_ring", "out", out.size(), in.size() * dist::world_size(),
              "world_size x in.size()");
-  DISTLAB_TODO("copy in to out[rank*m..]; then p-1 steps: isend block (rank - s) to the right, recv block (rank - s - 1) from the left into out, wait");
+  DISTLAB_TODO("every rank's out ends with every rank's block in rank order, blocks passed around "
+               "the ring with one exchange step per round (README: Tasks, 9; Hints, ring indices; "
+               "cost model: exchange steps)");
 }
 
 // =============================================================================================
@@ -214,7 +233,9 @@ void all_gather_ring(std::span<const float> in, std::span<float> out) {
 void reduce_scatter_ring(std::span<const float> in, std::span<float> out, dist::ReduceOp op) {
   check_size("reduce_scatter_ring", "in", in.size(), out.size() * dist::world_size(),
              "world_size x out.size()");
-  DISTLAB_TODO("p-1 ring steps: isend your partial chunk right, recv the next partial chunk from the left, reduce_into it your own input chunk; the last one is yours (Avg: divide by p)");
+  DISTLAB_TODO("out ends with this rank's block of the reduction of every rank's in, partial sums "
+               "passed around the ring and reduced on the way (README: Tasks, 10; cost model: "
+               "exchange steps)");
 }
 
 }  // namespace collectives

@@ -14,31 +14,43 @@
 namespace dp {
 
 std::int64_t global_batch_index(std::int64_t step, int rank, int world_size) {
-  DISTLAB_TODO("step * world_size + rank");
+  DISTLAB_TODO("the global batch this rank trains on at this step, so that the ranks together "
+               "see, step by step, what one process with a world_size-times-larger batch would "
+               "see (data_parallel.hpp, Task 1; README: Tasks, 1)");
 }
 
 bool check_parameter_closeness(const mlp::MLP& model, float rtol) {
-  DISTLAB_TODO("flatten this rank's parameters; dist::gather them on rank 0; rank 0 compares each rank's copy with its own; dist::broadcast the answer (an int32) from rank 0; return it");
+  DISTLAB_TODO("decide on rank 0 whether every rank's parameters equal rank 0's within rtol (the "
+               "comparison data_parallel.hpp defines), and give every rank the same answer, using "
+               "only built-in collectives (data_parallel.hpp, Task 2)");
 }
 
 void all_reduce_gradients(mlp::MLP& model) {
-  DISTLAB_TODO("for every parameter: dist::all_reduce its grad with ReduceOp::Avg (dist::as_span turns a matrix into a span)");
+  DISTLAB_TODO("after backward, make every rank's gradients the mean over the ranks "
+               "(data_parallel.hpp, Task 3: why the mean and not the sum)");
 }
 
 void MyDP::broadcast_parameters() {
-  DISTLAB_TODO("dist::broadcast every parameter's value from rank 0, in the same order on every rank");
+  DISTLAB_TODO("make every rank start from rank 0's parameter values; every rank must issue the "
+               "same collectives in the same order (README: Tasks, 4)");
 }
 
 void MyDP::build_buckets() {
-  DISTLAB_TODO("walk params_ from the last to the first; open a new bucket when the current one is empty or adding this parameter's bytes (numel * sizeof(float)) would exceed bucket_cap_bytes_; record bucket_of_[i] and offset_[i] (floats into the bucket); size each bucket's buffer");
+  DISTLAB_TODO("group the parameters into buckets in the order backward produces their gradients, "
+               "following the cap rule in data_parallel.hpp (Task 4), and record where each "
+               "parameter's gradient lives in its bucket's flat buffer");
 }
 
 void MyDP::on_gradient_ready(int index) {
-  DISTLAB_TODO("copy params_[index]->grad into its bucket's buffer at offset_[index]; count it; when the bucket has all its gradients, start dist::all_reduce_async(buffer, Avg), keep the Work, mark it launched");
+  DISTLAB_TODO("the hook of one parameter: put its gradient into its bucket, and start the "
+               "bucket's averaging all-reduce without waiting as soon as the bucket has all its "
+               "gradients (data_parallel.hpp, Task 4)");
 }
 
 void MyDP::finish_gradient_sync() {
-  DISTLAB_TODO("for every bucket in launch order: throw std::logic_error if it was not launched; wait on its Work; copy each parameter's averaged gradient back from the buffer; reset ready and launched for the next step");
+  DISTLAB_TODO("wait for every bucket's all-reduce and give each parameter its averaged gradient "
+               "back, leaving the buckets ready for the next step; a bucket that was never "
+               "started is an error (data_parallel.hpp, Task 4)");
 }
 
 // =============================================================================================

@@ -17,6 +17,9 @@ namespace pp {
 ///   forward of layer i on `rows` rows  = 2 * rows * in_i * out_i FLOPs / flops_per_s
 ///   backward of layer i                = 2 x its forward (dW = dy^T x and dx = dy W)
 /// Activations and the loss are free. One stage charges the sum over its layers in one span.
+/// A simplification: the first stage is charged its first layer's dx too, which its backward does
+/// not compute (the input is data), so that equal stages cost the same and the schedules' closed
+/// forms stay simple; the real first stage is lighter by 2 * rows * in_0 * out_0 FLOPs.
 struct CostModel {
   double flops_per_s = 50e9;  // modelled speed of every stage
 

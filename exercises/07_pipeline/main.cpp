@@ -149,8 +149,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     dist::launch(launch, [&] {
       pp::train_pipeline(c, data, [](const mlp::LogLine& l) {
-        std::printf("step %d | train_loss %.4f | test_loss %.4f | step time %.3f ms\n", l.step,
-                    l.train_loss, l.test_loss, l.step_ms);
+        // Step 0's line times that one step alone (cold caches, first allocations); later lines give
+        // the median of the steps since the previous line.
+        std::printf("step %d | train_loss %.4f | test_loss %.4f | step time %.3f ms%s\n", l.step,
+                    l.train_loss, l.test_loss, l.step_ms,
+                    l.step == 0 ? " (step 0 alone: a cold step)" : "");
         std::fflush(stdout);
       });
     });

@@ -22,7 +22,8 @@ Range stage_layers(int n_layers, int stages, int stage) {
                                 std::to_string(stages) + ", stage=" + std::to_string(stage) +
                                 "): need 1 <= stages <= n_layers and 0 <= stage < stages");
   }
-  DISTLAB_TODO("the near-equal consecutive split of [0, n_layers) into `stages` parts, earlier stages larger (README: Task 1)");
+  DISTLAB_TODO("the consecutive layers this stage holds: a near-equal cut of the model's layers "
+               "over the stages, earlier stages larger, no layer lost (README: Tasks, 1)");
 }
 
 // =============================================================================================
@@ -34,7 +35,9 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
                                 std::to_string(in_features()) + " input features, got " +
                                 std::to_string(x.cols()));
   }
-  DISTLAB_TODO("charge the forward, run this stage's layers keeping input, z and h in a Stash, set out_ to the stage's output, stash_push it (README: Task 2)");
+  DISTLAB_TODO("run this stage's layers on microbatch x with 05's building blocks, charging the "
+               "modelled compute, and keep in the microbatch's stash everything this stage's "
+               "backward will read (README: Task 2)");
   return out_;
 }
 
@@ -44,34 +47,43 @@ void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
                                 "gradient of " + std::to_string(out_features()) + " features, got " +
                                 std::to_string(dy.cols()));
   }
-  DISTLAB_TODO("charge the backward, pop the microbatch's stash, walk the layers from the last: activation backward, accumulate the weight gradient, input gradient; dx only when not the first stage (README: Task 2)");
+  DISTLAB_TODO("backpropagate dy through this stage's layers from the microbatch's stash, "
+               "charging the modelled compute, ADDING each weight gradient (microbatches "
+               "accumulate), and producing dx except where nobody needs it (README: Task 2)");
 }
 
 // =============================================================================================
 // Task 3: the communication helpers.
 
 void send_forward(const Stage& stage, const Matrix& y) {
-  DISTLAB_TODO("unless this is the last stage, send y to the next stage (README: Task 3)");
+  DISTLAB_TODO("pass this stage's activations on to the next stage, if there is one (README: "
+               "Tasks, 3; the tags in pipeline.hpp)");
 }
 
 void recv_forward(const Stage& stage, Matrix& x, int rows) {
-  DISTLAB_TODO("unless this is the first stage, resize x to rows x in_features() and receive it from the previous stage (README: Task 3)");
+  DISTLAB_TODO("receive this microbatch's input activations from the previous stage, if there is "
+               "one, into a buffer of the right shape (README: Tasks, 3)");
 }
 
 void send_backward(const Stage& stage, const Matrix& dx) {
-  DISTLAB_TODO("unless this is the first stage, send dx to the previous stage (README: Task 3)");
+  DISTLAB_TODO("pass this stage's input gradient back to the previous stage, if there is one "
+               "(README: Tasks, 3)");
 }
 
 void recv_backward(const Stage& stage, Matrix& dy, int rows) {
-  DISTLAB_TODO("unless this is the last stage, resize dy to rows x out_features() and receive it from the next stage (README: Task 3)");
+  DISTLAB_TODO("receive this microbatch's output gradient from the next stage, if there is one, "
+               "into a buffer of the right shape (README: Tasks, 3)");
 }
 
 void send_forward_recv_backward(const Stage& stage, const Matrix& y, Matrix& dy, int rows) {
-  DISTLAB_TODO("unless this is the last stage, have the send of y and the receive of dy in flight together, then wait for both (README: Task 3)");
+  DISTLAB_TODO("the send of send_forward and the receive of recv_backward, both with the next "
+               "stage, in flight at the same time so neither waits for the other (README: Tasks, "
+               "3; pipeline.hpp)");
 }
 
 void send_backward_recv_forward(const Stage& stage, const Matrix& dx, Matrix& x, int rows) {
-  DISTLAB_TODO("unless this is the first stage, have the send of dx and the receive of x in flight together, then wait for both (README: Task 3)");
+  DISTLAB_TODO("the send of send_backward and the receive of recv_forward, both with the previous "
+               "stage, in flight at the same time (README: Tasks, 3; pipeline.hpp)");
 }
 
 // =============================================================================================
@@ -79,12 +91,15 @@ void send_backward_recv_forward(const Stage& stage, const Matrix& dx, Matrix& x,
 
 const Matrix& forward_step(Stage& stage, const Batch& batch, int i, StepState& st) {
   const Matrix* out = &st.x;
-  DISTLAB_TODO("stage 0 slices its microbatch out of the batch; forward; the last stage adds the microbatch's weighted loss and queues its weighted dlogits (README: Task 4)");
+  DISTLAB_TODO("the forward of microbatch i on this stage; on the last stage also its share of "
+               "the batch's loss and the gradient its backward will start from (README: Task 4: "
+               "weighting by rows)");
   return *out;
 }
 
 const Matrix& backward_step(Stage& stage, const Batch& batch, int i, StepState& st) {
-  DISTLAB_TODO("take the microbatch's output gradient (received, or the oldest queued dlogits on the last stage) and run the stage's backward into st.dx (README: Task 4)");
+  DISTLAB_TODO("the backward of microbatch i on this stage, starting from the right output "
+               "gradient for this stage (README: Task 4)");
   return st.dx;
 }
 
@@ -92,22 +107,26 @@ const Matrix& backward_step(Stage& stage, const Batch& batch, int i, StepState& 
 // Task 5: the 1F1B phase counts.
 
 OneFOneBPlan one_f_one_b_plan(int stages, int stage, int microbatches) {
-  DISTLAB_TODO("the warm-up, steady and cool-down counts of stage `stage` (README: Task 5)");
+  DISTLAB_TODO("how many forwards stage `stage` runs before its first backward, how many "
+               "one-forward-one-backward steps follow, and how many backwards finish the batch "
+               "(README: Tasks, 5)");
 }
 
 // =============================================================================================
 // Task 6: the schedules.
 
 void run_naive(Stage& stage, const Batch& batch, StepState& st) {
-  DISTLAB_TODO("the whole batch as one microbatch: receive, forward, send on; then receive the gradient, backward, send it back (README: Task 6)");
+  DISTLAB_TODO("the naive schedule: the whole batch as one microbatch through all stages forward, "
+               "then backward (README: Task 6)");
 }
 
 void run_gpipe(Stage& stage, const Batch& batch, StepState& st) {
-  DISTLAB_TODO("every microbatch's forward (receive, forward, send) in order, then every microbatch's backward in the same order (README: Task 6)");
+  DISTLAB_TODO("the GPipe schedule: all microbatches forward, then all backward (README: Task 6)");
 }
 
 void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
-  DISTLAB_TODO("the plan's warm-up forwards, then the steady 1F1B loop with the paired helpers, then the cool-down backwards (README: Task 6)");
+  DISTLAB_TODO("the 1F1B schedule from one_f_one_b_plan: warm-up, steady one-forward-one-backward "
+               "phase with the paired helpers, cool-down (README: Task 6)");
 }
 
 // =============================================================================================
@@ -115,7 +134,8 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
 
 double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
   StepState st;
-  DISTLAB_TODO("zero the gradients, run the chosen schedule, take one optimizer step (README: Task 7)");
+  DISTLAB_TODO("one optimizer step on this stage for the whole batch with the chosen schedule "
+               "(README: Tasks, 7)");
   return stage.is_last() ? st.loss : 0.0;
 }
 

@@ -12,6 +12,7 @@ EPILOG = """\
 common commands:
   ./distlab grade [MODULE...]     build and grade your exercises (report in build/grade/.../report)
   ./distlab run MODULE            run a module's program (--world-size N, --trace FILE ...)
+  ./distlab hint MODULE [FUNC]    hints for an exercise function, one level at a time (--level 2, 3)
   ./distlab submit                pack your files for upload
   ./distlab doctor                what is installed, what is missing
 instructors:
@@ -57,6 +58,11 @@ def _cmd_bench(a: argparse.Namespace) -> int:
 def _cmd_grade(a: argparse.Namespace) -> int:
     from .commands import grade
     return grade.main(a)
+
+
+def _cmd_hint(a: argparse.Namespace) -> int:
+    from .commands import hint
+    return hint.main(a)
 
 
 def _cmd_submit(a: argparse.Namespace) -> int:
@@ -134,6 +140,12 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", metavar="DIR", help="report folder (default build/grade/<id>/report)")
     g.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
     g.add_argument("--quiet", action="store_true", help="no progress lines, only the table")
+
+    h = add("hint", _cmd_hint, "hints for an exercise function: ./distlab hint MODULE [FUNCTION] "
+            "[--level N] (1 the idea, 2 the structure, 3 the details; no FUNCTION: list them)")
+    h.add_argument("module")
+    h.add_argument("function", nargs="?", default=None)
+    h.add_argument("--level", "-l", type=int, default=1, help="1 the idea (default), 2 the structure, 3 the details")
 
     s = add("submit", _cmd_submit, "pack your owned files into a zip for upload")
     s.add_argument("modules", nargs="*", metavar="MODULE", help="only these modules (default all)")

@@ -121,6 +121,12 @@ def _headline(failures: list[str], output: str) -> str:
                 for tail in ('" thrown in the test body.', '" thrown in SetUp().', '" thrown in TearDown().'):
                     if line.endswith(tail):
                         line = line[: -len(tail)]
+                where = line.rfind(" (") if key == "not implemented:" and line.endswith(")") else -1
+                if where > 0 and len(line) - where < 120:
+                    # A TODO: its place first (file:line says which function), so that a table
+                    # that cuts the line short still names it; then the TODO text.
+                    text = line[len(key):where].strip()
+                    return f"not implemented at {line[where + 2:-1]}: {text}"[:240]
                 return line[:240]
     for f in failures:
         for line in f.splitlines()[1:] + f.splitlines()[:1]:

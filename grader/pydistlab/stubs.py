@@ -10,6 +10,10 @@ Marker format (docs/authoring.md):
     ...members or helpers only the solution needs...
     // END SOLUTION
 
+A long text continues on the comment lines right below the marker, written with two or more
+spaces after the slashes (`//   more of the text`); the stub gets the whole text, rewrapped to
+100 columns (adjacent string literals in DISTLAB_TODO, `//` lines for a DECL TODO).
+
 Markers are recognised in C++ files only; every other file is copied unchanged. Regions do not
 nest; an unmatched or nested marker is an error naming file:line.
 """
@@ -19,8 +23,11 @@ import difflib
 import os
 import re
 import shutil
+import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import DistlabError
 from .paths import CXX_EXTENSIONS, EXERCISES, ROOT, SOLUTIONS, rel
@@ -28,9 +35,21 @@ from .paths import CXX_EXTENSIONS, EXERCISES, ROOT, SOLUTIONS, rel
 _BEGIN = re.compile(r"^(?P<indent>[ \t]*)//[ \t]*BEGIN SOLUTION(?P<decl>[ \t]+DECL)?[ \t]*"
                     r"(?::[ \t]*(?P<text>.*?))?[ \t]*$")
 _END = re.compile(r"^[ \t]*//[ \t]*END SOLUTION[ \t]*$")
+_MORE = re.compile(r"^[ \t]*//[ \t]{2,}(?P<text>\S.*?)[ \t]*$")
 _MENTION = re.compile(r"^[ \t]*//.*\b(BEGIN|END) SOLUTION")
 
 DEFAULT_TODO = "write this part (see the module README)"
+WIDTH = 100
+
+
+@dataclass
+class Region:
+    """One solution region: where its marker is, its TODO text (continuation lines joined) and the
+    reference code it hides."""
+    line: int
+    todo: str
+    decl: bool
+    code: list[str]
 
 
 class MarkerError(DistlabError):
@@ -43,12 +62,64 @@ def _c_string(text: str) -> str:
 
 def strip_solutions(text: str, name: str = "<text>") -> str:
     """Returns text with every solution region replaced by its TODO (see the module docstring)."""
-    lines = text.splitlines(keepends=True)
     out: list[str] = []
+    for kind, payload in _scan(text, name):
+        if kind == "keep":
+            out.append(payload)
+        elif kind == "todo":
+            out.extend(payload)
+    return "".join(out)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width=max(40, width), break_long_words=False,
+                         break_on_hyphens=False) or [text]
+
+
+def _todo_lines(indent: str, what: str, decl: bool, newline: str) -> list[str]:
+    """The stub's TODO statement (or DECL comment) for `what`, wrapped to WIDTH columns."""
+    if decl:
+        head, more = f"{indent}// TODO: ", f"{indent}//       "
+        parts = _wrap(what, WIDTH - len(head))
+        return [(more if i else head) + part + newline for i, part in enumerate(parts)]
+    head = f'{indent}DISTLAB_TODO("'
+    more = " " * (len(head) - 1) + '"'
+    parts = _wrap(what, WIDTH - len(head) - 3)
+    lines = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        lines.append((more if i else head) + _c_string(part + ("" if last else " ")) +
+                     ('");' if last else '"') + newline)
+    return lines
+
+
+def regions(text: str, name: str = "<text>") -> list[Region]:
+    """The solution regions of a C++ source, in order (see the module docstring)."""
+    found: list[Region] = []
+    for kind, payload in _scan(text, name):
+        if kind == "region":
+            found.append(payload)
+    return found
+
+
+def _scan(text: str, name: str) -> Iterator[tuple[str, Any]]:
+    """Yields ("keep", line) for lines outside regions, ("todo", lines) for each region's stub
+    text and ("region", Region) once each region is closed."""
+    lines = text.splitlines(keepends=True)
     open_at: int | None = None
+    current: Region | None = None
+    continuing = False
+    pending: tuple[str, str] = ("", "\n")  # indent and newline of the open marker
     for number, line in enumerate(lines, start=1):
         body = line.rstrip("\r\n")
         newline = line[len(body):] or "\n"
+        if continuing and current is not None:
+            more = _MORE.match(body)
+            if more and not _END.match(body) and not _MENTION.match(body):
+                current.todo = f"{current.todo} {more.group('text')}".strip()
+                continue
+            continuing = False
+            yield "todo", _todo_lines(pending[0], current.todo or DEFAULT_TODO, current.decl, pending[1])
         begin = _BEGIN.match(body)
         if begin:
             if open_at is not None:
@@ -56,17 +127,17 @@ def strip_solutions(text: str, name: str = "<text>") -> str:
                                   f"line {open_at}; regions do not nest: close it with "
                                   f"'// END SOLUTION' first")
             open_at = number
-            indent = begin.group("indent")
-            what = (begin.group("text") or "").strip() or DEFAULT_TODO
-            if begin.group("decl"):
-                out.append(f"{indent}// TODO: {what}{newline}")
-            else:
-                out.append(f'{indent}DISTLAB_TODO("{_c_string(what)}");{newline}')
+            current = Region(number, (begin.group("text") or "").strip(), bool(begin.group("decl")), [])
+            pending = (begin.group("indent"), newline)
+            continuing = True
             continue
         if _END.match(body):
-            if open_at is None:
+            if open_at is None or current is None:
                 raise MarkerError(f"{name}:{number}: END SOLUTION without a BEGIN SOLUTION above it")
-            open_at = None
+            if not current.todo:
+                current.todo = DEFAULT_TODO
+            yield "region", current
+            open_at, current = None, None
             continue
         if _MENTION.match(body):
             raise MarkerError(f"{name}:{number}: malformed solution marker {body.strip()!r}; "
@@ -74,11 +145,12 @@ def strip_solutions(text: str, name: str = "<text>") -> str:
                               f"'// BEGIN SOLUTION DECL: <what to do>' or '// END SOLUTION' "
                               f"alone on the line")
         if open_at is None:
-            out.append(line)
+            yield "keep", line
+        elif current is not None:
+            current.code.append(body)
     if open_at is not None:
         raise MarkerError(f"{name}:{open_at}: BEGIN SOLUTION is never closed; "
                           f"add '// END SOLUTION' after the reference code")
-    return "".join(out)
 
 
 def has_markers(text: str) -> bool:
@@ -217,5 +289,5 @@ def check(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES, max_diff_lin
     return 1
 
 
-__all__ = ["strip_solutions", "generate", "compare", "sync", "check", "Drift", "MarkerError",
+__all__ = ["strip_solutions", "regions", "Region", "generate", "compare", "sync", "check", "Drift", "MarkerError",
            "ROOT"]

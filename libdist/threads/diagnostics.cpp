@@ -78,9 +78,10 @@ std::string Engine::deadlock_hint_locked() const {
     if (y && y->is_send) {
       hints.push_back("rank " + std::to_string(a) + " and rank " + std::to_string(x->peer) +
                       " both send first, and send is synchronous here (it returns only once the "
-                      "matching recv took the data, as MPI may do for large messages): post the "
-                      "receive first with irecv, use isend/irecv and wait, or order the calls by "
-                      "rank parity (even ranks send first, odd ranks receive first)");
+                      "matching recv took the data, as MPI may do for large messages): in an "
+                      "exchange step start the send with isend, then recv, then wait on the send "
+                      "(the 03 README, cost model section); ordering the calls by rank "
+                      "parity is also correct but takes two message times per step");
     }
   }
   // A recv whose peer sends with another tag, or waits for a finished rank.

@@ -27,7 +27,8 @@ namespace threads {
 // 1. Start and join.
 
 void run_parallel(const std::vector<Task>& tasks) {
-  // BEGIN SOLUTION: start one std::thread per task (all of them), then join them all
+  // BEGIN SOLUTION: run every task on its own new thread so that all of them run at the same time,
+  //   and return only when all have finished (README: Tasks, 1: "start all, then join all")
   std::vector<std::thread> workers;
   workers.reserve(tasks.size());
   for (const Task& task : tasks) workers.emplace_back(task);
@@ -36,7 +37,8 @@ void run_parallel(const std::vector<Task>& tasks) {
 }
 
 void run_sequential(const std::vector<Task>& tasks) {
-  // BEGIN SOLUTION: for each task: start a std::thread running it and join it before the next
+  // BEGIN SOLUTION: run every task on its own new thread, one at a time in list order: a task
+  //   starts only after the previous one finished (README: Tasks, 1)
   for (const Task& task : tasks) {
     std::thread worker(task);
     worker.join();
@@ -53,7 +55,8 @@ std::pair<std::size_t, std::size_t> chunk_bounds(std::size_t n, int parts, int i
                                 std::to_string(parts) + " index=" + std::to_string(index));
   }
   std::pair<std::size_t, std::size_t> range{0, 0};
-  // BEGIN SOLUTION: base = n / parts, the first n % parts chunks get one extra item
+  // BEGIN SOLUTION: set range to chunk `index` of `parts` contiguous chunks covering [0, n), sizes
+  //   differing by at most one, the larger chunks first (README: Tasks, 2, and the rules below it)
   const auto p = static_cast<std::size_t>(parts);
   const auto i = static_cast<std::size_t>(index);
   const std::size_t base = n / p;
@@ -70,7 +73,8 @@ double parallel_sum(std::span<const double> data, int n_threads) {
                                 std::to_string(n_threads));
   }
   double total = 0.0;
-  // BEGIN SOLUTION: one partial sum per thread over chunk_bounds(data.size(), n_threads, t); join; add the partials in order
+  // BEGIN SOLUTION: sum data on n_threads threads, each over its own chunk from chunk_bounds,
+  //   without sharing an accumulator while summing; combine in a fixed order (README: Tasks, 2)
   std::vector<double> partial(static_cast<std::size_t>(n_threads), 0.0);
   std::vector<std::thread> workers;
   workers.reserve(partial.size());
@@ -95,7 +99,8 @@ CreationCost measure_creation_cost(int n) {
   if (n < 1) throw std::invalid_argument("measure_creation_cost: n must be >= 1");
   CreationCost cost;
   cost.n = n;
-  // BEGIN SOLUTION: time n x (std::thread start + join), then n x (fork, child _exit(0), parent waitpid)
+  // BEGIN SOLUTION: time creating and finishing n threads, then n processes that do nothing, into
+  //   cost (README: Tasks, 3; the header says which system calls)
   distlab::Stopwatch sw;
   for (int i = 0; i < n; ++i) {
     std::thread t([] {});
@@ -127,7 +132,8 @@ WriteVisibility write_in_child_process(int initial, int written) {
                                 std::to_string(written));
   }
   WriteVisibility seen;
-  // BEGIN SOLUTION: fork; the child writes, reads back and _exit()s with what it read; the parent waitpid()s, then reads its own copy
+  // BEGIN SOLUTION: let a child process change its copy of a variable and report what it saw;
+  //   record what the child and the parent saw (README: Tasks, 3: processes share nothing)
   volatile int value = initial;  // volatile: really read memory, as a student would expect
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
@@ -147,7 +153,8 @@ WriteVisibility write_in_child_process(int initial, int written) {
 
 WriteVisibility write_in_thread(int initial, int written) {
   WriteVisibility seen;
-  // BEGIN SOLUTION: a std::thread writes the parent's variable and reads it back; join; the parent reads it
+  // BEGIN SOLUTION: let a thread change the parent's variable and report what it saw; record what
+  //   the thread and the parent saw (README: Tasks, 3: threads share everything)
   int value = initial;
   std::thread writer([&] {
     value = written;
@@ -169,7 +176,9 @@ void parallel_for(std::size_t n_items, int n_workers,
                                 std::to_string(n_workers));
   }
   if (n_items == 0) return;
-  // BEGIN SOLUTION: min(n_workers, n_items) threads take indices from a std::atomic counter; keep the first exception, stop, join, rethrow
+  // BEGIN SOLUTION: call body for every index on a pool of at most n_workers threads that pull the
+  //   next index from a shared counter; after a failure stop handing out work and rethrow the first
+  //   exception once all threads are joined (README: Tasks, 4, and the rules)
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   std::exception_ptr first_error;
@@ -200,7 +209,8 @@ void parallel_for(std::size_t n_items, int n_workers,
 std::vector<double> parallel_map(std::span<const double> inputs,
                                  const std::function<double(double)>& fn, int n_workers) {
   std::vector<double> out(inputs.size());
-  // BEGIN SOLUTION: parallel_for over the indices; item i writes out[i] = fn(inputs[i])
+  // BEGIN SOLUTION: fill out so that each output is fn of the input at the same position, computed
+  //   in parallel with parallel_for (README: Tasks, 4)
   parallel_for(inputs.size(), n_workers, [&](std::size_t i) { out[i] = fn(inputs[i]); });
   // END SOLUTION
   return out;
@@ -251,7 +261,8 @@ std::vector<double> generate_trajectories(const OdeConfig& config, int n_workers
   if (config.steps < 0) throw std::invalid_argument("generate_trajectories: steps must be >= 0");
   const auto len = static_cast<std::size_t>(config.steps) + 1;
   std::vector<double> data(config.n_trajectories * len);
-  // BEGIN SOLUTION: parallel_for over the trajectories; item i fills row i (a span of len values) with simulate_trajectory
+  // BEGIN SOLUTION: generate every trajectory in parallel with parallel_for, each into its own row
+  //   of data, so that the result does not depend on the number of workers (README: Tasks, 5)
   parallel_for(config.n_trajectories, n_workers, [&](std::size_t i) {
     simulate_trajectory(config, i, std::span<double>(data).subspan(i * len, len));
   });

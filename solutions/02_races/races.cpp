@@ -42,7 +42,8 @@ long add_and_subtract_racy(long repeats) {
 
 long add_and_subtract_with_mutex(long repeats) {
   long value = 0;
-  // BEGIN SOLUTION: two std::threads; each update of value happens while holding one std::mutex; join both
+  // BEGIN SOLUTION: the racy program's two threads (one adds, one subtracts), made correct by a
+  //   lock around every update of the shared value (README: Tasks, 1)
   std::mutex mutex;
   std::thread adder([&] {
     for (long i = 0; i < repeats; ++i) {
@@ -64,7 +65,8 @@ long add_and_subtract_with_mutex(long repeats) {
 
 long add_and_subtract_with_atomic(long repeats) {
   long result = 0;
-  // BEGIN SOLUTION: a std::atomic<long> updated with fetch_add / fetch_sub by the two threads; after join, result = its load()
+  // BEGIN SOLUTION: the racy program's two threads, made correct by making each update one
+  //   indivisible read-modify-write (README: Tasks, 2)
   std::atomic<long> value{0};
   std::thread adder([&] {
     for (long i = 0; i < repeats; ++i) value.fetch_add(1, std::memory_order_relaxed);
@@ -81,7 +83,8 @@ long add_and_subtract_with_atomic(long repeats) {
 
 long add_and_subtract_with_local_sums(long repeats) {
   long value = 0;
-  // BEGIN SOLUTION: each thread counts into its own local variable and stores it in its own slot; after join, value = the sum of the slots
+  // BEGIN SOLUTION: the racy program's two threads, made correct by sharing nothing while counting
+  //   and combining once after both finish (README: Tasks, 3)
   long from_adder = 0;
   long from_subtractor = 0;
   std::thread adder([&] {
@@ -114,7 +117,8 @@ void transfer_deadlock_prone(Account& from, Account& to, long amount) {
 
 void transfer(Account& from, Account& to, long amount) {
   if (&from == &to) return;
-  // BEGIN SOLUTION: hold both mutexes at once without deadlock (std::scoped_lock, or lock the smaller id first); then move the money
+  // BEGIN SOLUTION: move amount from one account to the other while holding both accounts' locks,
+  //   taken so that two opposite transfers can never wait for each other (README: Tasks, 4)
   std::scoped_lock lock(from.mutex, to.mutex);  // std::lock's deadlock-avoidance algorithm
   from.balance -= amount;
   to.balance += amount;
@@ -140,7 +144,9 @@ double to_unit(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x
 std::uint64_t stream_seed(std::uint64_t seed, int rank, Purpose purpose) {
   if (rank < 0) throw std::invalid_argument("stream_seed: rank must be >= 0, got " + std::to_string(rank));
   std::uint64_t h = 0;
-  // BEGIN SOLUTION: mix seed, purpose and (only for purposes not shared across ranks) rank into h with splitmix64, one input at a time
+  // BEGIN SOLUTION: derive a 64-bit seed from (seed, purpose) and, for purposes that differ per
+  //   rank, the rank, so that no two distinct streams collide (races.hpp documents the mixing;
+  //   README: Tasks, 5)
   h = splitmix64(splitmix64(seed) ^ static_cast<std::uint64_t>(purpose));
   if (!shared_across_ranks(purpose)) h = splitmix64(h ^ static_cast<std::uint64_t>(rank));
   // END SOLUTION
@@ -153,7 +159,8 @@ std::mt19937_64 make_stream(std::uint64_t seed, int rank, Purpose purpose) {
 
 std::vector<double> init_model(std::size_t n, std::uint64_t seed, int rank) {
   std::vector<double> w(n);
-  // BEGIN SOLUTION: gen = make_stream(seed, rank, Purpose::ModelInit); w[i] = 0.1 * (2 * to_unit(gen()) - 1)
+  // BEGIN SOLUTION: fill w from this rank's model-initialisation stream, by the formula in
+  //   races.hpp (README: Tasks, 5)
   std::mt19937_64 gen = make_stream(seed, rank, Purpose::ModelInit);
   for (double& x : w) x = 0.1 * (2.0 * to_unit(gen()) - 1.0);
   // END SOLUTION
@@ -162,7 +169,8 @@ std::vector<double> init_model(std::size_t n, std::uint64_t seed, int rank) {
 
 std::vector<double> draw_data(std::size_t n, std::uint64_t seed, int rank) {
   std::vector<double> x(n);
-  // BEGIN SOLUTION: gen = make_stream(seed, rank, Purpose::Data); x[i] = to_unit(gen())
+  // BEGIN SOLUTION: fill x from this rank's data stream, by the formula in races.hpp (README:
+  //   Tasks, 5)
   std::mt19937_64 gen = make_stream(seed, rank, Purpose::Data);
   for (double& v : x) v = to_unit(gen());
   // END SOLUTION
@@ -172,7 +180,8 @@ std::vector<double> draw_data(std::size_t n, std::uint64_t seed, int rank) {
 std::vector<std::size_t> shuffle_order(std::size_t n, std::uint64_t seed, int rank) {
   std::vector<std::size_t> p(n);
   for (std::size_t i = 0; i < n; ++i) p[i] = i;
-  // BEGIN SOLUTION: gen = make_stream(seed, rank, Purpose::Shuffle); for i = n-1 down to 1: swap(p[i], p[gen() % (i + 1)])
+  // BEGIN SOLUTION: return a permutation of 0..n-1 shuffled with the shuffle stream, by the
+  //   Fisher-Yates order that races.hpp documents (README: Tasks, 5)
   std::mt19937_64 gen = make_stream(seed, rank, Purpose::Shuffle);
   for (std::size_t i = n; i-- > 1;) {
     const std::size_t j = static_cast<std::size_t>(gen() % (i + 1));

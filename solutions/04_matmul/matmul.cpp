@@ -39,7 +39,8 @@ Eigen::Map<const Eigen::MatrixXf> view(std::span<const float> buf, Index offset,
 
 Shape share_shape(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
   Shape shape;
-  // BEGIN SOLUTION: rank 0 broadcasts {A.rows(), A.cols(), B.rows(), B.cols()} as 4 int64; check A.cols() == B.rows() on every rank
+  // BEGIN SOLUTION: make rank 0's shapes known to every rank with the single broadcast matmul.hpp
+  //   describes, and reject shapes that cannot be multiplied on every rank alike (README: Tasks, 1)
   std::vector<std::int64_t> dims(4, 0);
   if (dist::rank() == 0) {
     dims = {A.rows(), A.cols(), B.rows(), B.cols()};
@@ -57,7 +58,8 @@ Shape share_shape(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
 
 std::vector<float> pack_row_blocks(const Eigen::MatrixXf& M, int parts) {
   std::vector<float> buf;
-  // BEGIN SOLUTION: copy the rows of each shard into its own max_shard(rows) x cols chunk (zero padded)
+  // BEGIN SOLUTION: lay out M's row blocks in the padded buffer layout described in matmul.hpp,
+  //   ready for an equal-chunk scatter (README: Tasks, 2: column-major storage)
   const Index rows_max = max_shard(M.rows(), parts);
   const Index chunk = rows_max * M.cols();
   buf.assign(static_cast<std::size_t>(parts * chunk), 0.0f);
@@ -72,7 +74,8 @@ std::vector<float> pack_row_blocks(const Eigen::MatrixXf& M, int parts) {
 
 Eigen::MatrixXf unpack_row_blocks(std::span<const float> buf, Index rows, Index cols, int parts) {
   Eigen::MatrixXf M;
-  // BEGIN SOLUTION: check buf's size, then copy each chunk's first shard_range(...).size rows back
+  // BEGIN SOLUTION: rebuild the rows x cols matrix from a buffer in the row-block layout of
+  //   matmul.hpp, ignoring the padding; reject a buffer of the wrong size (README: Tasks, 2)
   const Index rows_max = max_shard(rows, parts);
   const Index chunk = rows_max * cols;
   check_buffer("unpack_row_blocks", buf.size(), parts * chunk);
@@ -87,7 +90,8 @@ Eigen::MatrixXf unpack_row_blocks(std::span<const float> buf, Index rows, Index 
 
 std::vector<float> pack_col_blocks(const Eigen::MatrixXf& M, int parts) {
   std::vector<float> buf;
-  // BEGIN SOLUTION: copy each shard's columns (contiguous in column-major) into a rows x max_shard(cols) chunk (zero padded)
+  // BEGIN SOLUTION: lay out M's column blocks in the padded buffer layout described in matmul.hpp
+  //   (README: Tasks, 2)
   const Index cols_max = max_shard(M.cols(), parts);
   const Index chunk = M.rows() * cols_max;
   buf.assign(static_cast<std::size_t>(parts * chunk), 0.0f);
@@ -102,7 +106,8 @@ std::vector<float> pack_col_blocks(const Eigen::MatrixXf& M, int parts) {
 
 Eigen::MatrixXf unpack_col_blocks(std::span<const float> buf, Index rows, Index cols, int parts) {
   Eigen::MatrixXf M;
-  // BEGIN SOLUTION: check buf's size, then copy each chunk's first shard_range(...).size columns back
+  // BEGIN SOLUTION: rebuild the rows x cols matrix from a buffer in the column-block layout of
+  //   matmul.hpp, ignoring the padding; reject a buffer of the wrong size (README: Tasks, 2)
   const Index cols_max = max_shard(cols, parts);
   const Index chunk = rows * cols_max;
   check_buffer("unpack_col_blocks", buf.size(), parts * chunk);
@@ -117,7 +122,9 @@ Eigen::MatrixXf unpack_col_blocks(std::span<const float> buf, Index rows, Index 
 
 Eigen::MatrixXf matmul_by_rows(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
   Eigen::MatrixXf C;
-  // BEGIN SOLUTION: share_shape; scatter A's packed row blocks; broadcast B; multiply your rows; gather C's row blocks and unpack on rank 0
+  // BEGIN SOLUTION: the product A B with the rows of A and C partitioned over the ranks, following
+  //   the row plan in matmul.hpp step by step (README: Tasks, 3a; the tests compare traffic and
+  //   time with the plan)
   const int p = dist::world_size();
   const int me = dist::rank();
   const Shape s = share_shape(A, B);
@@ -145,7 +152,8 @@ Eigen::MatrixXf matmul_by_rows(const Eigen::MatrixXf& A, const Eigen::MatrixXf& 
 
 Eigen::MatrixXf matmul_by_cols(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
   Eigen::MatrixXf C;
-  // BEGIN SOLUTION: share_shape; broadcast A; scatter B's column blocks; multiply; gather C's column blocks and unpack on rank 0
+  // BEGIN SOLUTION: the product A B with the columns of B and C partitioned over the ranks,
+  //   following the column plan in matmul.hpp (README: Tasks, 3b)
   const int p = dist::world_size();
   const int me = dist::rank();
   const Shape s = share_shape(A, B);
@@ -173,7 +181,9 @@ Eigen::MatrixXf matmul_by_cols(const Eigen::MatrixXf& A, const Eigen::MatrixXf& 
 
 Eigen::MatrixXf matmul_by_reduction(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
   Eigen::MatrixXf C;
-  // BEGIN SOLUTION: share_shape; scatter A's column blocks and B's row blocks; multiply into a full m x n partial product; reduce (Sum) it to rank 0
+  // BEGIN SOLUTION: the product A B with the shared dimension k partitioned over the ranks: every
+  //   rank computes a full-size partial product and the partials are summed on rank 0, following
+  //   the plan in matmul.hpp (README: Tasks, 3c)
   const int p = dist::world_size();
   const int me = dist::rank();
   const Shape s = share_shape(A, B);
@@ -200,7 +210,9 @@ Eigen::MatrixXf matmul_by_reduction(const Eigen::MatrixXf& A, const Eigen::Matri
 
 Eigen::MatrixXf matmul_2d_blocks(const Eigen::MatrixXf& A, const Eigen::MatrixXf& B) {
   Eigen::MatrixXf C;
-  // BEGIN SOLUTION: check p = q*q (else std::invalid_argument naming p); share_shape; scatter [A_i | B_j] to each grid cell; multiply; gather the C_ij blocks and place them on rank 0
+  // BEGIN SOLUTION: the product A B on a q x q grid of ranks, each computing one block of C,
+  //   following the 2-D plan in matmul.hpp, including its check of the world size before any
+  //   communication (README: Tasks, 3d)
   const int p = dist::world_size();
   const int me = dist::rank();
   const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(p))));

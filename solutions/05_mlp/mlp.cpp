@@ -37,19 +37,23 @@ void check_labels(std::span<const std::int32_t> labels, Eigen::Index rows, Eigen
 // Linear layer (no bias): y = x W^T.
 
 void linear_forward(const Matrix& x, const Matrix& w, Matrix& y) {
-  // BEGIN SOLUTION: y = x W^T (use y.noalias() = ... so Eigen writes straight into y)
+  // BEGIN SOLUTION: the layer's output for a batch of rows, with the shapes mlp.hpp documents,
+  //   written straight into y without an Eigen temporary (README: Tasks, 1)
   y.noalias() = x * w.transpose();
   // END SOLUTION
 }
 
 void linear_backward_weight(const Matrix& x, const Matrix& dy, Matrix& dw) {
-  // BEGIN SOLUTION: dW = dy^T x (shape out x in, like W)
+  // BEGIN SOLUTION: the loss gradient with respect to W, from the layer's input and the gradient of
+  //   its output: derive it from the forward's formula and check the shape against W (README:
+  //   Tasks, 1)
   dw.noalias() = dy.transpose() * x;
   // END SOLUTION
 }
 
 void linear_backward_input(const Matrix& w, const Matrix& dy, Matrix& dx) {
-  // BEGIN SOLUTION: dx = dy W (shape B x in, like x)
+  // BEGIN SOLUTION: the loss gradient with respect to the layer's input x, by the chain rule
+  //   through the forward's formula; it has x's shape (README: Tasks, 1)
   dx.noalias() = dy * w;
   // END SOLUTION
 }
@@ -58,25 +62,26 @@ void linear_backward_input(const Matrix& w, const Matrix& dy, Matrix& dx) {
 // Activations.
 
 void tanh_forward(const Matrix& x, Matrix& y) {
-  // BEGIN SOLUTION: y = tanh(x) elementwise (Eigen: x.array().tanh())
+  // BEGIN SOLUTION: the elementwise tanh activation (README: Tasks, 2)
   y = x.array().tanh();
   // END SOLUTION
 }
 
 void tanh_backward(const Matrix& y, const Matrix& dy, Matrix& dx) {
-  // BEGIN SOLUTION: dx = dy * (1 - y^2) elementwise, y being tanh's output
+  // BEGIN SOLUTION: the chain rule through tanh, expressed with the forward's output as mlp.hpp
+  //   says (README: Tasks, 2: elementwise chain rule)
   dx = dy.array() * (1.0f - y.array().square());
   // END SOLUTION
 }
 
 void relu_forward(const Matrix& x, Matrix& y) {
-  // BEGIN SOLUTION: y = max(x, 0) elementwise
+  // BEGIN SOLUTION: the elementwise ReLU activation (README: Tasks, 2)
   y = x.array().max(0.0f);
   // END SOLUTION
 }
 
 void relu_backward(const Matrix& x, const Matrix& dy, Matrix& dx) {
-  // BEGIN SOLUTION: dx = dy where x > 0, 0 elsewhere
+  // BEGIN SOLUTION: the chain rule through ReLU, from the forward's input (README: Tasks, 2)
   dx = (x.array() > 0.0f).select(dy, 0.0f);
   // END SOLUTION
 }
@@ -88,7 +93,9 @@ float softmax_cross_entropy_forward(const Matrix& logits, std::span<const std::i
                                     Matrix& probs) {
   check_labels(labels, logits.rows(), logits.cols(), "softmax_cross_entropy_forward");
   if (logits.rows() == 0) return 0.0f;
-  // BEGIN SOLUTION: per row: m = max logit, e = exp(logits - m), probs = e / sum(e), loss_row = m + log(sum(e)) - logits[label]; return the mean of loss_row (accumulate in double)
+  // BEGIN SOLUTION: the mean softmax cross-entropy of the batch, and the softmax probabilities for
+  //   backward, computed so that large or very negative logits neither overflow nor lose the loss
+  //   (README: Tasks, 3: log-sum-exp; mlp.hpp)
   probs.resize(logits.rows(), logits.cols());
   double total = 0.0;
   for (Eigen::Index i = 0; i < logits.rows(); ++i) {
@@ -106,7 +113,8 @@ float softmax_cross_entropy_forward(const Matrix& logits, std::span<const std::i
 void softmax_cross_entropy_backward(const Matrix& probs, std::span<const std::int32_t> labels,
                                     Matrix& dlogits) {
   check_labels(labels, probs.rows(), probs.cols(), "softmax_cross_entropy_backward");
-  // BEGIN SOLUTION: dlogits = probs, minus 1 at each row's label, all divided by the batch size B (the loss is a mean)
+  // BEGIN SOLUTION: the gradient of the mean loss with respect to the logits, from the
+  //   probabilities the forward saved (README: Tasks, 3; mlp.hpp)
   const float inv_b = 1.0f / static_cast<float>(probs.rows());
   dlogits = probs * inv_b;
   for (Eigen::Index i = 0; i < probs.rows(); ++i) dlogits(i, labels[static_cast<std::size_t>(i)]) -= inv_b;
@@ -120,7 +128,8 @@ SGD::SGD(std::vector<Parameter*> params, float learning_rate)
     : params_(std::move(params)), learning_rate_(learning_rate) {}
 
 void SGD::step() {
-  // BEGIN SOLUTION: for every parameter p: p->value -= learning_rate_ * p->grad
+  // BEGIN SOLUTION: one plain gradient-descent update of every parameter this optimizer was given
+  //   (README: Tasks, 4)
   for (Parameter* p : params_) p->value -= learning_rate_ * p->grad;
   // END SOLUTION
 }
@@ -135,7 +144,9 @@ const Matrix& MLP::forward(const Matrix& x) {
                                 std::to_string(config_.dim_in));
   }
   input_ = &x;
-  // BEGIN SOLUTION: h = x; for each layer i: z_[i] = linear_forward(h, weights_[i].value); except after the last layer, h_[i] = activation_forward(config_.activation, z_[i]) and h = h_[i]; the logits are z_.back()
+  // BEGIN SOLUTION: run the layers in order, keeping every pre-activation and activation that
+  //   backward will need, and leave the logits in the last layer's output buffer (README: Tasks, 5;
+  //   the buffers are described in mlp.hpp)
   const Matrix* h = &x;
   const int n = n_layers();
   for (int i = 0; i < n; ++i) {
@@ -157,7 +168,9 @@ void MLP::backward(const Matrix& dlogits) {
                                 std::to_string(z_.back().rows()) + " x " +
                                 std::to_string(z_.back().cols()));
   }
-  // BEGIN SOLUTION: dz = dlogits; for i from the last layer down to 0: weights_[i].grad = linear_backward_weight(input of layer i, dz); weights_[i].run_hooks() at once; if i > 0: dh_[i-1] = linear_backward_input(W_i, dz), dz_[i-1] = activation_backward(...), dz = dz_[i-1]
+  // BEGIN SOLUTION: backpropagate dlogits through the layers from the last to the first, writing
+  //   every weight's gradient and running its hooks the moment that gradient is final, before
+  //   moving on to earlier layers (README: Tasks, 5; Parameter in mlp.hpp)
   const Matrix* dz = &dlogits;
   for (int i = n_layers() - 1; i >= 0; --i) {
     const auto k = static_cast<std::size_t>(i);
@@ -320,6 +333,10 @@ float train_step(MLP& model, SGD& opt, const Matrix& x, const Labels& y, Matrix&
 }
 
 float evaluate_loss(MLP& model, const datasets::Dataset& data, int chunk) {
+  // A copy of the model (weights only, no hooks) runs the evaluation forwards: the model's own
+  // saved input stays the caller's batch instead of pointing at this function's local x once it
+  // returns, and its buffers keep the training batch's shape.
+  MLP eval = model;
   Matrix x, probs;
   Labels y;
   std::vector<std::int64_t> rows;
@@ -329,7 +346,7 @@ float evaluate_loss(MLP& model, const datasets::Dataset& data, int chunk) {
     rows.clear();
     for (std::int64_t r = start; r < end; ++r) rows.push_back(r);
     datasets::gather_rows(data, rows, x, y);
-    const float loss = softmax_cross_entropy_forward(model.forward(x), y, probs);
+    const float loss = softmax_cross_entropy_forward(eval.forward(x), y, probs);
     total += static_cast<double>(loss) * static_cast<double>(end - start);
   }
   return data.size() ? static_cast<float>(total / static_cast<double>(data.size())) : 0.0f;

@@ -159,7 +159,8 @@ class MLP {
   int n_layers() const { return static_cast<int>(weights_.size()); }
   const Config& config() const { return config_; }
   std::int64_t num_parameters() const;
-  /// Multiply-adds of forward for a batch of B rows, times 2 (FLOPs); backward is about twice.
+  /// Multiply-adds of forward for a batch of B rows, times 2 (FLOPs). Backward costs twice that
+  /// (dW and dx per layer) minus the first layer's dx, which it does not compute.
   double forward_flops(int batch) const;
 
  private:
@@ -197,7 +198,8 @@ datasets::Split make_data(const Config& config);
 float train_step(MLP& model, SGD& opt, const Matrix& x, const Labels& y, Matrix& probs,
                  Matrix& dlogits);
 
-/// Mean loss over a whole data set (evaluated in chunks of `chunk` rows, no gradient).
+/// Mean loss over a whole data set (evaluated in chunks of `chunk` rows, no gradient), on a copy
+/// of the model: the model's saved input and buffers are left as the last training step left them.
 float evaluate_loss(MLP& model, const datasets::Dataset& data, int chunk = 500);
 
 struct LogLine {

@@ -14,13 +14,17 @@
 namespace dp {
 
 std::int64_t global_batch_index(std::int64_t step, int rank, int world_size) {
-  // BEGIN SOLUTION: step * world_size + rank
+  // BEGIN SOLUTION: the global batch this rank trains on at this step, so that the ranks together
+  //   see, step by step, what one process with a world_size-times-larger batch would see
+  //   (data_parallel.hpp, Task 1; README: Tasks, 1)
   return step * world_size + rank;
   // END SOLUTION
 }
 
 bool check_parameter_closeness(const mlp::MLP& model, float rtol) {
-  // BEGIN SOLUTION: flatten this rank's parameters; dist::gather them on rank 0; rank 0 compares each rank's copy with its own; dist::broadcast the answer (an int32) from rank 0; return it
+  // BEGIN SOLUTION: decide on rank 0 whether every rank's parameters equal rank 0's within rtol
+  //   (the comparison data_parallel.hpp defines), and give every rank the same answer, using only
+  //   built-in collectives (data_parallel.hpp, Task 2)
   const auto params = model.parameters();
   std::size_t n = 0;
   for (const auto* p : params) n += static_cast<std::size_t>(p->numel());
@@ -49,19 +53,23 @@ bool check_parameter_closeness(const mlp::MLP& model, float rtol) {
 }
 
 void all_reduce_gradients(mlp::MLP& model) {
-  // BEGIN SOLUTION: for every parameter: dist::all_reduce its grad with ReduceOp::Avg (dist::as_span turns a matrix into a span)
+  // BEGIN SOLUTION: after backward, make every rank's gradients the mean over the ranks
+  //   (data_parallel.hpp, Task 3: why the mean and not the sum)
   for (mlp::Parameter* p : model.parameters()) dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Avg);
   // END SOLUTION
 }
 
 void MyDP::broadcast_parameters() {
-  // BEGIN SOLUTION: dist::broadcast every parameter's value from rank 0, in the same order on every rank
+  // BEGIN SOLUTION: make every rank start from rank 0's parameter values; every rank must issue the
+  //   same collectives in the same order (README: Tasks, 4)
   for (mlp::Parameter* p : params_) dist::broadcast(dist::as_span(p->value), 0);
   // END SOLUTION
 }
 
 void MyDP::build_buckets() {
-  // BEGIN SOLUTION: walk params_ from the last to the first; open a new bucket when the current one is empty or adding this parameter's bytes (numel * sizeof(float)) would exceed bucket_cap_bytes_; record bucket_of_[i] and offset_[i] (floats into the bucket); size each bucket's buffer
+  // BEGIN SOLUTION: group the parameters into buckets in the order backward produces their
+  //   gradients, following the cap rule in data_parallel.hpp (Task 4), and record where each
+  //   parameter's gradient lives in its bucket's flat buffer
   const int n = static_cast<int>(params_.size());
   bucket_of_.assign(static_cast<std::size_t>(n), -1);
   offset_.assign(static_cast<std::size_t>(n), 0);
@@ -84,7 +92,9 @@ void MyDP::build_buckets() {
 }
 
 void MyDP::on_gradient_ready(int index) {
-  // BEGIN SOLUTION: copy params_[index]->grad into its bucket's buffer at offset_[index]; count it; when the bucket has all its gradients, start dist::all_reduce_async(buffer, Avg), keep the Work, mark it launched
+  // BEGIN SOLUTION: the hook of one parameter: put its gradient into its bucket, and start the
+  //   bucket's averaging all-reduce without waiting as soon as the bucket has all its gradients
+  //   (data_parallel.hpp, Task 4)
   const auto k = static_cast<std::size_t>(index);
   Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[k])];
   const mlp::Parameter& p = *params_[k];
@@ -97,7 +107,9 @@ void MyDP::on_gradient_ready(int index) {
 }
 
 void MyDP::finish_gradient_sync() {
-  // BEGIN SOLUTION: for every bucket in launch order: throw std::logic_error if it was not launched; wait on its Work; copy each parameter's averaged gradient back from the buffer; reset ready and launched for the next step
+  // BEGIN SOLUTION: wait for every bucket's all-reduce and give each parameter its averaged
+  //   gradient back, leaving the buckets ready for the next step; a bucket that was never started
+  //   is an error (data_parallel.hpp, Task 4)
   for (std::size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = buckets_[bi];
     if (!b.launched) {

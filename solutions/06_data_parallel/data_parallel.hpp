@@ -24,9 +24,9 @@
 
 namespace dp {
 
-/// Task 1. Batch sharding: step `step` of rank `rank` trains on global batch
-/// step * world_size + rank, so the ranks take the batches i with i % world_size == rank and
-/// together cover batches [step*world_size, (step+1)*world_size) -- what one process with a
+/// Task 1. Batch sharding: the global batch that rank `rank` trains on at step `step`. The ranks
+/// take the batches i with i % world_size == rank, and at step s they together cover the batches
+/// [s*world_size, (s+1)*world_size), each exactly once -- what one process with a
 /// world_size-times-larger batch would see.
 std::int64_t global_batch_index(std::int64_t step, int rank, int world_size);
 

@@ -17,12 +17,31 @@ void KitDDP::finish_gradient_sync() {
   for (mlp::Parameter* p : model_.parameters()) dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Avg);
 }
 
+double StepFlops::backward_total() const {
+  double total = 0;
+  for (double f : backward) total += f;
+  return total;
+}
+
+StepFlops step_flops(const mlp::MLP& model, int batch) {
+  StepFlops f;
+  const auto params = model.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double one_product = 2.0 * batch * static_cast<double>(params[i]->numel());
+    f.forward += one_product;
+    f.backward.push_back(i == 0 ? one_product : 2.0 * one_product);  // dW; dx except layer 0
+  }
+  return f;
+}
+
 ComputeModel::ComputeModel(mlp::MLP& model, int batch_size, double flops_per_s)
     : model_(model), batch_size_(batch_size), flops_per_s_(flops_per_s) {
   if (flops_per_s <= 0) throw std::invalid_argument("ComputeModel: flops_per_s must be > 0");
-  for (mlp::Parameter* p : model_.parameters()) {
-    const double seconds = 4.0 * batch_size_ * static_cast<double>(p->numel()) / flops_per_s_;
-    handles_.push_back(p->add_hook([seconds](mlp::Parameter&) { dist::sim_compute(seconds, "backward"); }));
+  const StepFlops flops = step_flops(model_, batch_size_);
+  const auto params = model_.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double seconds = flops.backward[i] / flops_per_s_;
+    handles_.push_back(params[i]->add_hook([seconds](mlp::Parameter&) { dist::sim_compute(seconds, "backward"); }));
   }
 }
 
@@ -32,7 +51,7 @@ ComputeModel::~ComputeModel() {
 }
 
 void ComputeModel::charge_forward() const {
-  dist::sim_compute(model_.forward_flops(batch_size_) / flops_per_s_, "forward");
+  dist::sim_compute(step_flops(model_, batch_size_).forward / flops_per_s_, "forward");
 }
 
 const char* to_string(Sync s) {

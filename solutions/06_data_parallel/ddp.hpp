@@ -26,10 +26,21 @@ class KitDDP {
   mlp::MLP& model_;
 };
 
+/// The matrix-product FLOPs of one training step of `model` on `batch` rows (activations, loss and
+/// the optimizer are not counted). Layer i with W_i of out x in: forward 2 B in out; backward
+/// 2 B in out for dW_i, plus 2 B in out for dx_i on every layer but the first, whose input gradient
+/// backward never computes (the input is data). So backward = 2 x forward - 2 B |W_0|.
+struct StepFlops {
+  double forward = 0;
+  std::vector<double> backward;  // per parameter, in parameters() order
+  double backward_total() const;
+};
+StepFlops step_flops(const mlp::MLP& model, int batch);
+
 /// Charges modelled compute time to the simulated clock (dist::sim_compute): registers a hook on
-/// every parameter that charges its layer's backward (dW and dx: 4 B in out FLOPs) at
-/// `flops_per_s`. Register it BEFORE wrapping the model, so the compute is charged before a
-/// wrapper's hook starts communication. Call charge_forward() for the forward pass.
+/// every parameter that charges its layer's backward (step_flops: dW, and dx except for the first
+/// layer) at `flops_per_s`. Register it BEFORE wrapping the model, so the compute is charged
+/// before a wrapper's hook starts communication. Call charge_forward() for the forward pass.
 class ComputeModel {
  public:
   ComputeModel(mlp::MLP& model, int batch_size, double flops_per_s);

@@ -99,14 +99,26 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     dist::launch(launch, [&] {
       dp::train_data_parallel(c, data, o, [](const mlp::LogLine& l) {
-        std::printf("step %d | train_loss %.4f | test_loss %.4f | step time %.3f ms\n", l.step,
-                    l.train_loss, l.test_loss, l.step_ms);
+        // Step 0's line times that one step alone (cold caches, first allocations); later lines give
+        // the median of the steps since the previous line.
+        std::printf("step %d | train_loss %.4f | test_loss %.4f | step time %.3f ms%s\n", l.step,
+                    l.train_loss, l.test_loss, l.step_ms,
+                    l.step == 0 ? " (step 0 alone: a cold step)" : "");
         std::fflush(stdout);
       });
     });
 
+    const mlp::MLP shape(c, c.seed);
+    const dp::StepFlops flops = dp::step_flops(shape, c.batch_size);
+    const auto params = shape.parameters();
     std::printf("\nsimulated step (compute modelled at %.0f GFLOP/s per rank, %d ranks):\n", gflops,
                 launch.world_size);
+    std::printf("  compute per rank and step : forward %.1f MFLOP, backward %.1f MFLOP\n"
+                "  (backward is less than 2x forward: the first layer, %.0f%% of the %lld "
+                "parameters, has no input gradient)\n",
+                flops.forward / 1e6, flops.backward_total() / 1e6,
+                100.0 * static_cast<double>(params.front()->numel()) / static_cast<double>(shape.num_parameters()),
+                static_cast<long long>(shape.num_parameters()));
     const SimResult after = simulate(launch, c, data, dp::Sync::Manual, 0, gflops * 1e9, sim_steps);
     std::printf("  all-reduce after backward : %8.3f ms\n", after.step_s * 1e3);
     launch.trace_path = trace;

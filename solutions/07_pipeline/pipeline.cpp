@@ -22,7 +22,8 @@ Range stage_layers(int n_layers, int stages, int stage) {
                                 std::to_string(stages) + ", stage=" + std::to_string(stage) +
                                 "): need 1 <= stages <= n_layers and 0 <= stage < stages");
   }
-  // BEGIN SOLUTION: the near-equal consecutive split of [0, n_layers) into `stages` parts, earlier stages larger (README: Task 1)
+  // BEGIN SOLUTION: the consecutive layers this stage holds: a near-equal cut of the model's layers
+  //   over the stages, earlier stages larger, no layer lost (README: Tasks, 1)
   return shard_range(n_layers, stages, stage);
   // END SOLUTION
 }
@@ -36,7 +37,9 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
                                 std::to_string(in_features()) + " input features, got " +
                                 std::to_string(x.cols()));
   }
-  // BEGIN SOLUTION: charge the forward, run this stage's layers keeping input, z and h in a Stash, set out_ to the stage's output, stash_push it (README: Task 2)
+  // BEGIN SOLUTION: run this stage's layers on microbatch x with 05's building blocks, charging the
+  //   modelled compute, and keep in the microbatch's stash everything this stage's backward will
+  //   read (README: Task 2)
   charge_forward(x.rows(), microbatch);
   const int n = layers_.size;
   Stash s;
@@ -66,7 +69,9 @@ void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
                                 "gradient of " + std::to_string(out_features()) + " features, got " +
                                 std::to_string(dy.cols()));
   }
-  // BEGIN SOLUTION: charge the backward, pop the microbatch's stash, walk the layers from the last: activation backward, accumulate the weight gradient, input gradient; dx only when not the first stage (README: Task 2)
+  // BEGIN SOLUTION: backpropagate dy through this stage's layers from the microbatch's stash,
+  //   charging the modelled compute, ADDING each weight gradient (microbatches accumulate), and
+  //   producing dx except where nobody needs it (README: Task 2)
   charge_backward(dy.rows(), microbatch);
   const Stash s = stash_pop(microbatch);
   const Matrix* dh = &dy;  // d loss / d (output of layer k)
@@ -94,14 +99,16 @@ void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
 // Task 3: the communication helpers.
 
 void send_forward(const Stage& stage, const Matrix& y) {
-  // BEGIN SOLUTION: unless this is the last stage, send y to the next stage (README: Task 3)
+  // BEGIN SOLUTION: pass this stage's activations on to the next stage, if there is one (README:
+  //   Tasks, 3; the tags in pipeline.hpp)
   if (stage.is_last()) return;
   dist::send(dist::as_span(y), stage.stage() + 1, kForwardTag);
   // END SOLUTION
 }
 
 void recv_forward(const Stage& stage, Matrix& x, int rows) {
-  // BEGIN SOLUTION: unless this is the first stage, resize x to rows x in_features() and receive it from the previous stage (README: Task 3)
+  // BEGIN SOLUTION: receive this microbatch's input activations from the previous stage, if there
+  //   is one, into a buffer of the right shape (README: Tasks, 3)
   if (stage.is_first()) return;
   x.resize(rows, stage.in_features());
   dist::recv(dist::as_span(x), stage.stage() - 1, kForwardTag);
@@ -109,14 +116,16 @@ void recv_forward(const Stage& stage, Matrix& x, int rows) {
 }
 
 void send_backward(const Stage& stage, const Matrix& dx) {
-  // BEGIN SOLUTION: unless this is the first stage, send dx to the previous stage (README: Task 3)
+  // BEGIN SOLUTION: pass this stage's input gradient back to the previous stage, if there is one
+  //   (README: Tasks, 3)
   if (stage.is_first()) return;
   dist::send(dist::as_span(dx), stage.stage() - 1, kBackwardTag);
   // END SOLUTION
 }
 
 void recv_backward(const Stage& stage, Matrix& dy, int rows) {
-  // BEGIN SOLUTION: unless this is the last stage, resize dy to rows x out_features() and receive it from the next stage (README: Task 3)
+  // BEGIN SOLUTION: receive this microbatch's output gradient from the next stage, if there is one,
+  //   into a buffer of the right shape (README: Tasks, 3)
   if (stage.is_last()) return;
   dy.resize(rows, stage.out_features());
   dist::recv(dist::as_span(dy), stage.stage() + 1, kBackwardTag);
@@ -124,7 +133,9 @@ void recv_backward(const Stage& stage, Matrix& dy, int rows) {
 }
 
 void send_forward_recv_backward(const Stage& stage, const Matrix& y, Matrix& dy, int rows) {
-  // BEGIN SOLUTION: unless this is the last stage, have the send of y and the receive of dy in flight together, then wait for both (README: Task 3)
+  // BEGIN SOLUTION: the send of send_forward and the receive of recv_backward, both with the next
+  //   stage, in flight at the same time so neither waits for the other (README: Tasks, 3;
+  //   pipeline.hpp)
   if (stage.is_last()) return;
   dy.resize(rows, stage.out_features());
   dist::Work sent = dist::isend(dist::as_span(y), stage.stage() + 1, kForwardTag);
@@ -135,7 +146,8 @@ void send_forward_recv_backward(const Stage& stage, const Matrix& y, Matrix& dy,
 }
 
 void send_backward_recv_forward(const Stage& stage, const Matrix& dx, Matrix& x, int rows) {
-  // BEGIN SOLUTION: unless this is the first stage, have the send of dx and the receive of x in flight together, then wait for both (README: Task 3)
+  // BEGIN SOLUTION: the send of send_backward and the receive of recv_forward, both with the
+  //   previous stage, in flight at the same time (README: Tasks, 3; pipeline.hpp)
   if (stage.is_first()) return;
   x.resize(rows, stage.in_features());
   dist::Work sent = dist::isend(dist::as_span(dx), stage.stage() - 1, kBackwardTag);
@@ -150,7 +162,9 @@ void send_backward_recv_forward(const Stage& stage, const Matrix& dx, Matrix& x,
 
 const Matrix& forward_step(Stage& stage, const Batch& batch, int i, StepState& st) {
   const Matrix* out = &st.x;
-  // BEGIN SOLUTION: stage 0 slices its microbatch out of the batch; forward; the last stage adds the microbatch's weighted loss and queues its weighted dlogits (README: Task 4)
+  // BEGIN SOLUTION: the forward of microbatch i on this stage; on the last stage also its share of
+  //   the batch's loss and the gradient its backward will start from (README: Task 4: weighting by
+  //   rows)
   const Range rows = batch.microbatch_rows(i);
   if (stage.is_first()) st.x = batch.x.middleRows(rows.begin, rows.size);
   out = &stage.forward(st.x, i);
@@ -169,7 +183,8 @@ const Matrix& forward_step(Stage& stage, const Batch& batch, int i, StepState& s
 }
 
 const Matrix& backward_step(Stage& stage, const Batch& batch, int i, StepState& st) {
-  // BEGIN SOLUTION: take the microbatch's output gradient (received, or the oldest queued dlogits on the last stage) and run the stage's backward into st.dx (README: Task 4)
+  // BEGIN SOLUTION: the backward of microbatch i on this stage, starting from the right output
+  //   gradient for this stage (README: Task 4)
   if (stage.is_last()) {
     if (st.dlogits.empty()) throw std::logic_error("backward_step: no forwarded microbatch left");
     const Matrix dlogits = std::move(st.dlogits.front());
@@ -186,7 +201,9 @@ const Matrix& backward_step(Stage& stage, const Batch& batch, int i, StepState& 
 // Task 5: the 1F1B phase counts.
 
 OneFOneBPlan one_f_one_b_plan(int stages, int stage, int microbatches) {
-  // BEGIN SOLUTION: the warm-up, steady and cool-down counts of stage `stage` (README: Task 5)
+  // BEGIN SOLUTION: how many forwards stage `stage` runs before its first backward, how many
+  //   one-forward-one-backward steps follow, and how many backwards finish the batch (README:
+  //   Tasks, 5)
   OneFOneBPlan plan;
   plan.warmup = std::min(stages - stage - 1, microbatches);
   plan.steady = microbatches - plan.warmup;
@@ -199,7 +216,8 @@ OneFOneBPlan one_f_one_b_plan(int stages, int stage, int microbatches) {
 // Task 6: the schedules.
 
 void run_naive(Stage& stage, const Batch& batch, StepState& st) {
-  // BEGIN SOLUTION: the whole batch as one microbatch: receive, forward, send on; then receive the gradient, backward, send it back (README: Task 6)
+  // BEGIN SOLUTION: the naive schedule: the whole batch as one microbatch through all stages
+  //   forward, then backward (README: Task 6)
   const Batch whole{batch.x, batch.y, 1};
   recv_forward(stage, st.x, whole.rows());
   send_forward(stage, forward_step(stage, whole, 0, st));
@@ -209,7 +227,8 @@ void run_naive(Stage& stage, const Batch& batch, StepState& st) {
 }
 
 void run_gpipe(Stage& stage, const Batch& batch, StepState& st) {
-  // BEGIN SOLUTION: every microbatch's forward (receive, forward, send) in order, then every microbatch's backward in the same order (README: Task 6)
+  // BEGIN SOLUTION: the GPipe schedule: all microbatches forward, then all backward (README: Task
+  //   6)
   const int m = batch.microbatches;
   for (int i = 0; i < m; ++i) {
     recv_forward(stage, st.x, batch.microbatch_rows(i).size);
@@ -223,7 +242,8 @@ void run_gpipe(Stage& stage, const Batch& batch, StepState& st) {
 }
 
 void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
-  // BEGIN SOLUTION: the plan's warm-up forwards, then the steady 1F1B loop with the paired helpers, then the cool-down backwards (README: Task 6)
+  // BEGIN SOLUTION: the 1F1B schedule from one_f_one_b_plan: warm-up, steady
+  //   one-forward-one-backward phase with the paired helpers, cool-down (README: Task 6)
   const OneFOneBPlan plan = one_f_one_b_plan(stage.stages(), stage.stage(), batch.microbatches);
   auto rows = [&](int i) { return batch.microbatch_rows(i).size; };
   int fwd = 0;  // next microbatch to forward
@@ -255,7 +275,8 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
 
 double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
   StepState st;
-  // BEGIN SOLUTION: zero the gradients, run the chosen schedule, take one optimizer step (README: Task 7)
+  // BEGIN SOLUTION: one optimizer step on this stage for the whole batch with the chosen schedule
+  //   (README: Tasks, 7)
   stage.zero_grad();
   switch (schedule) {
     case Schedule::Naive: run_naive(stage, batch, st); break;

@@ -94,8 +94,8 @@ std::string cycle_transfers(double seconds) {
 TEST(HiddenLockOrdering, ThreeAccountCycleNeverDeadlocks) {
   const auto r = run_in_child([] { return cycle_transfers(0.5); }, 10.0);
   ASSERT_TRUE(r.finished) << "deadlock: three threads transferring around a -> b -> c -> a did not "
-                             "finish within 10 s; lock both accounts with std::scoped_lock or in "
-                             "one global order (by id)";
+                             "finish within 10 s: each holds one lock and waits for the next; take "
+                             "the two locks in a way that no cycle of waiting threads can form";
   EXPECT_EQ(r.message, "ok") << (r.message.empty() ? "the child process stopped without a result: it crashed, or "
                                                    "ThreadSanitizer stopped it (report above)"
                                                  : r.message);

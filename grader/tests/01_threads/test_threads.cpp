@@ -315,7 +315,8 @@ TEST(Trajectories, MatchSequentialReferenceForAnyWorkerCount) {
   for (int workers : {1, 2, 3, 8, 64}) {
     const auto got = threads::generate_trajectories(cfg, workers);
     ASSERT_TRUE(distlab::testing::elements_near<double>(got, want))
-        << "with " << workers << " workers: row i must be simulate_trajectory(config, i)";
+        << "with " << workers << " workers: some row is not what simulate_trajectory gives for "
+           "that trajectory alone (each item must fill exactly its own row, whatever the workers)";
   }
 }
 

@@ -174,8 +174,8 @@ TEST(LockOrdering, OppositeTransfersNeverDeadlockAndConserveTheTotal) {
   const auto r = run_in_child([] { return opposite_transfers(0.5, 10000); }, limit_s);
   ASSERT_TRUE(r.finished) << "deadlock: two threads transferring a->b and b->a for 0.5 s did "
                              "not finish within " << limit_s << " s. Each holds one lock and "
-                             "waits for the other: lock both with std::scoped_lock(from.mutex, "
-                             "to.mutex), or always lock the account with the smaller id first.";
+                             "waits for the other: take the two locks in a way that can never "
+                             "form that cycle (README: Tasks, 4; ./distlab hint 02_races transfer).";
   EXPECT_EQ(r.message, "ok") << (r.message.empty() ? "the child process running the transfers "
                                                      "stopped without a result: it crashed, or "
                                                      "ThreadSanitizer stopped it (report above)"
@@ -217,8 +217,9 @@ TEST(RandomStreams, SeedsSharedOrPerRankAndNeverColliding) {
     }
   }
   EXPECT_EQ(seen.size(), expected_distinct)
-      << "some distinct (seed, rank, purpose) streams share a seed: mix with splitmix64 instead of "
-         "adding (seed + rank makes rank 1 of seed 42 replay rank 0 of seed 43)";
+      << "some distinct (seed, rank, purpose) streams share a seed: combining the inputs by adding "
+         "them collides (rank 1 of seed 42 would replay rank 0 of seed 43); mix them with a hash, "
+         "as races.hpp describes";
 }
 
 TEST(RandomStreams, ModelInitIdenticalOnEveryRank) {
@@ -227,7 +228,8 @@ TEST(RandomStreams, ModelInitIdenticalOnEveryRank) {
   auto gen = races::make_stream(2024, 0, races::Purpose::ModelInit);
   for (std::size_t i = 0; i < w0.size(); ++i) {
     ASSERT_EQ(w0[i], 0.1 * (2.0 * races::to_unit(gen()) - 1.0))
-        << "weight " << i << ": w[i] = 0.1 * (2 * to_unit(gen()) - 1) with the ModelInit stream";
+        << "weight " << i << " differs from init_model's formula in races.hpp, applied in order "
+           "to the ModelInit stream (wrong stream, scaling or order of draws?)";
   }
   for (int rank = 1; rank < 8; ++rank) {
     EXPECT_EQ(races::init_model(1000, 2024, rank), w0) << "rank " << rank << " differs from rank 0";
@@ -264,7 +266,8 @@ TEST(RandomStreams, ShuffleIsOnePermutationSharedByAllRanks) {
   for (std::size_t i = 0; i < n; ++i) want[i] = i;
   auto gen = races::make_stream(11, 0, races::Purpose::Shuffle);
   for (std::size_t i = n; i-- > 1;) std::swap(want[i], want[gen() % (i + 1)]);
-  EXPECT_EQ(p0, want) << "Fisher-Yates as documented: for i = n-1 down to 1, swap(p[i], p[gen() % (i+1)])";
+  EXPECT_EQ(p0, want) << "a permutation, but not the Fisher-Yates order races.hpp documents for "
+                         "shuffle_order (direction of the walk, range of each draw, or the stream?)";
   for (int rank = 1; rank < 6; ++rank) EXPECT_EQ(races::shuffle_order(n, 11, rank), p0) << "rank " << rank;
   EXPECT_TRUE(races::shuffle_order(0, 11, 0).empty());
   EXPECT_EQ(races::shuffle_order(1, 11, 0), std::vector<std::size_t>{0});

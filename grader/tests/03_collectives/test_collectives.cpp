@@ -269,8 +269,8 @@ TEST(ReduceTree, SimTime) {
                         (model.message_cost(0, 1, bytes) + model.reduce_cost(bytes));
     expect_time(got, want, "reduce_tree", time_case(p, kTimeCount),
                 "ceil(log2 p)(alpha + n beta + n gamma) " + model_text(model, bytes),
-                "receive from the nearest child first (2^0, then 2^1, ...) and reduce each "
-                "message once, with dist::reduce_into");
+                "receive from the nearest child first (its subtree is ready first) and reduce "
+                "each message once, with dist::reduce_into");
   }
 }
 
@@ -337,8 +337,10 @@ TEST(AllReduceButterfly, Traffic) {
       bytes[r][r - q] = bytes[r - q][r] = kBytes;
     }
     expect_pattern(stats, msgs, &bytes, "all_reduce_butterfly", traffic_case(p, -1),
-                   "ranks r >= q = floor_pow2(p) send to r - q and get the result back; ranks "
-                   "r < q exchange the whole buffer once with r XOR 2^k for every 2^k < q");
+                   "the ranks beyond the largest power of two q <= p hand their buffer to one "
+                   "partner among the first q and get the result back from it; among the first q, "
+                   "every rank exchanges the whole buffer once per round, each round with another "
+                   "partner (README: Hints, butterfly for any p)");
   }
 }
 

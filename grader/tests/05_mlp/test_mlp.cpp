@@ -186,7 +186,8 @@ TEST(SoftmaxCrossEntropy, StableForLargeLogits) {
   const mlp::Labels y = {1, 2};
   Matrix probs, d;
   const float loss = mlp::softmax_cross_entropy_forward(z, y, probs);
-  ASSERT_TRUE(std::isfinite(loss)) << "overflow: subtract each row's maximum before exp";
+  ASSERT_TRUE(std::isfinite(loss)) << "the loss is not finite for large logits: exp overflowed; compute it so that no large "
+                                     "number is ever exponentiated (README: Tasks, 3, log-sum-exp)";
   EXPECT_NEAR(loss, ce_closed_form(z, y), 1e-4);
   mlp::softmax_cross_entropy_backward(probs, y, d);
   EXPECT_TRUE(d.allFinite());
@@ -204,7 +205,8 @@ TEST(SoftmaxCrossEntropy, BackwardMatchesFiniteDifferences) {
   ASSERT_EQ(d.rows(), 5);
   ASSERT_EQ(d.cols(), 4);
   EXPECT_TRUE(elements_near(span_of(d), span_of(fd), kFdRel, kFdAbs))
-      << "d loss / d logits = (softmax - onehot) / batch";
+      << "dlogits differ from the finite differences of the mean loss: both the probabilities and "
+         "the labels enter the gradient, and the loss is a mean over the batch's rows";
 }
 
 TEST(SGD, StepsAgainstTheGradient) {

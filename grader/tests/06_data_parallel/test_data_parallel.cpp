@@ -178,6 +178,7 @@ TEST(MyDP, OverlapShortensTheSimulatedStep) {
   ASSERT_GT(after, 0.0) << "the simulated clock did not advance";
   EXPECT_LT(overlap, 0.95 * after) << "MyDP with one bucket per parameter: " << overlap * 1e3
                                    << " ms per step; all-reduce after backward: " << after * 1e3
-                                   << " ms. Start each bucket's all_reduce_async in the hook, wait only in "
-                                      "finish_gradient_sync";
+                                   << " ms: no overlap. A bucket's all-reduce must already be under way "
+                                      "while backward computes the earlier layers, and be waited for only "
+                                      "once backward is done";
 }
