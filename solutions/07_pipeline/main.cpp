@@ -20,7 +20,7 @@
 #include <stdexcept>
 
 #include "datasets/loader.hpp"
-#include "distlab/args.hpp"
+#include "distlab/cli.hpp"
 #include "distlab/todo.hpp"
 #include "train.hpp"
 
