@@ -32,23 +32,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::vector<std::string> kAllOps = {"all_reduce", "broadcast", "reduce", "all_gather",
-                                          "reduce_scatter", "gather", "scatter"};
+const std::vector<std::string> kAllOps = {"all_reduce",     "broadcast", "reduce", "all_gather",
+                                          "reduce_scatter", "gather",    "scatter"};
 
-bench::Row run_collective(const std::string& op, int p, std::uint64_t bytes, int iters, int warmup) {
+bench::Row run_collective(const std::string& op, int p, std::uint64_t bytes, int iters,
+                          int warmup) {
   const std::uint64_t count = std::max<std::uint64_t>(1, bytes / sizeof(float));
   const auto up = static_cast<std::uint64_t>(p);
   // Elements per rank for the gather family (the "size" is the large buffer, as in nccl-tests).
   const std::uint64_t per = std::max<std::uint64_t>(1, count / up);
   std::vector<double> iter_time(static_cast<std::size_t>(iters), 0.0);
-  std::vector<std::vector<double>> rank_time(static_cast<std::size_t>(p), std::vector<double>(static_cast<std::size_t>(iters)));
+  std::vector<std::vector<double>> rank_time(static_cast<std::size_t>(p),
+                                             std::vector<double>(static_cast<std::size_t>(iters)));
   double sim_one = 0;
   dist::LaunchOptions o;
   o.world_size = p;
   o.timeout = std::chrono::milliseconds(120000);
   dist::launch(o, [&] {
     const int r = dist::rank();
-    std::vector<float> big(op == "all_reduce" || op == "broadcast" || op == "reduce" ? count : per * up, 1.0f);
+    std::vector<float> big(
+        op == "all_reduce" || op == "broadcast" || op == "reduce" ? count : per * up, 1.0f);
     std::vector<float> small(per, 1.0f);
     auto call = [&] {
       if (op == "all_reduce") {
@@ -73,12 +76,16 @@ bench::Row run_collective(const std::string& op, int p, std::uint64_t bytes, int
       const double s0 = dist::sim_time();
       const auto t0 = Clock::now();
       call();
-      rank_time[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] = std::chrono::duration<double>(Clock::now() - t0).count();
+      rank_time[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] =
+          std::chrono::duration<double>(Clock::now() - t0).count();
       if (r == 0 && i == 0) sim_one = dist::sim_time() - s0;
     }
   });
   for (int i = 0; i < iters; ++i) {
-    for (int r = 0; r < p; ++r) iter_time[static_cast<std::size_t>(i)] = std::max(iter_time[static_cast<std::size_t>(i)], rank_time[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)]);
+    for (int r = 0; r < p; ++r)
+      iter_time[static_cast<std::size_t>(i)] =
+          std::max(iter_time[static_cast<std::size_t>(i)],
+                   rank_time[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)]);
   }
   bench::Row row;
   row.backend = "threads";
@@ -140,8 +147,8 @@ std::vector<bench::Row> run_mpi(const std::string& mpirun, const std::string& pr
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
   }
   std::ostringstream cmd;
-  cmd << mpirun << " -np " << p << " --oversubscribe " << program << " --iters " << iters << " --warmup " << warmup
-      << " --csv - --sizes";
+  cmd << mpirun << " -np " << p << " --oversubscribe " << program << " --iters " << iters
+      << " --warmup " << warmup << " --csv - --sizes";
   for (auto b : sizes) cmd << " " << b;
   cmd << " 2>&1";
   std::vector<bench::Row> rows;
@@ -171,7 +178,8 @@ std::vector<bench::Row> run_mpi(const std::string& mpirun, const std::string& pr
     rows.push_back(r);
   }
   if (rows.empty()) {
-    throw std::runtime_error("the Open MPI benchmark printed no results; command: " + cmd.str() + "\n" + output);
+    throw std::runtime_error("the Open MPI benchmark printed no results; command: " + cmd.str() +
+                             "\n" + output);
   }
   return rows;
 }
@@ -179,7 +187,8 @@ std::vector<bench::Row> run_mpi(const std::string& mpirun, const std::string& pr
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"nccl-tests-style table for the built-in collectives of the threads backend (fake_dist)"};
+  CLI::App app{
+      "nccl-tests-style table for the built-in collectives of the threads backend (fake_dist)"};
   std::vector<int> world_sizes{2, 4, 8};
   std::vector<std::string> sizes;
   std::string min_bytes = "1K", max_bytes = "4M", csv_path;
@@ -189,18 +198,23 @@ int main(int argc, char** argv) {
   bool no_latency = false, with_mpi = false;
   std::string mpi_program, mpirun = "mpirun";
   app.add_option("--world-sizes,-n", world_sizes, "comma-separated world sizes")->delimiter(',');
-  app.add_option("--sizes", sizes, "explicit sizes in bytes (K/M/G suffixes), comma-separated")->delimiter(',');
+  app.add_option("--sizes", sizes, "explicit sizes in bytes (K/M/G suffixes), comma-separated")
+      ->delimiter(',');
   app.add_option("--min-bytes,-b", min_bytes, "smallest size (when --sizes is not given)");
   app.add_option("--max-bytes,-e", max_bytes, "largest size (when --sizes is not given)");
   app.add_option("--step-factor,-f", factor, "multiply the size by this between rows");
-  app.add_option("--ops", ops, "comma-separated: all_reduce broadcast reduce all_gather reduce_scatter gather scatter, or all")
+  app.add_option("--ops", ops,
+                 "comma-separated: all_reduce broadcast reduce all_gather reduce_scatter gather "
+                 "scatter, or all")
       ->delimiter(',');
   app.add_option("--iters", iters, "timed iterations per row (median reported)");
   app.add_option("--warmup", warmup, "untimed iterations per row");
   app.add_option("--csv", csv_path, "also write the rows as CSV to this file ('-' = stdout)");
   app.add_flag("--no-latency", no_latency, "skip the point-to-point latency line");
-  app.add_flag("--mpi", with_mpi, "also run Open MPI's MPI_Allreduce (bench_mpi_allreduce under mpirun) side by side");
-  app.add_option("--mpi-bench", mpi_program, "path of bench_mpi_allreduce (default: next to this program)");
+  app.add_flag("--mpi", with_mpi,
+               "also run Open MPI's MPI_Allreduce (bench_mpi_allreduce under mpirun) side by side");
+  app.add_option("--mpi-bench", mpi_program,
+                 "path of bench_mpi_allreduce (default: next to this program)");
   app.add_option("--mpirun", mpirun, "the mpirun command");
   CLI11_PARSE(app, argc, argv);
 
@@ -208,7 +222,8 @@ int main(int argc, char** argv) {
     if (ops.size() == 1 && ops[0] == "all") ops = kAllOps;
     for (const auto& op : ops) {
       if (std::find(kAllOps.begin(), kAllOps.end(), op) == kAllOps.end()) {
-        throw std::invalid_argument("unknown op '" + op + "'; choose from all_reduce, broadcast, reduce, all_gather, "
+        throw std::invalid_argument("unknown op '" + op +
+                                    "'; choose from all_reduce, broadcast, reduce, all_gather, "
                                     "reduce_scatter, gather, scatter or all");
       }
     }
@@ -216,13 +231,16 @@ int main(int argc, char** argv) {
     const auto byte_sizes = bench::size_list(sizes, min_bytes, max_bytes, factor);
     if (with_mpi && mpi_program.empty()) mpi_program = default_mpi_bench(argv[0]);
     if (with_mpi && mpi_program.empty()) {
-      throw std::runtime_error("--mpi: bench_mpi_allreduce was not built (Open MPI not found at configure time; "
-                               "Debian: apt-get install libopenmpi-dev openmpi-bin, then rebuild)");
+      throw std::runtime_error(
+          "--mpi: bench_mpi_allreduce was not built (Open MPI not found at configure time; "
+          "Debian: apt-get install libopenmpi-dev openmpi-bin, then rebuild)");
     }
     std::FILE* table = (csv_path == "-") ? stderr : stdout;
     std::vector<bench::Row> rows;
-    std::printf("# fake_dist built-in collectives, float32, median of %d iterations (%d warm-up), %u hardware threads\n",
-                iters, warmup, std::thread::hardware_concurrency());
+    std::printf(
+        "# fake_dist built-in collectives, float32, median of %d iterations (%d warm-up), %u "
+        "hardware threads\n",
+        iters, warmup, std::thread::hardware_concurrency());
     bench::print_header(table);
     for (int p : world_sizes) {
       for (const auto& op : ops) {
@@ -241,14 +259,17 @@ int main(int argc, char** argv) {
       }
     }
     if (with_mpi) {
-      std::fprintf(table, "\n# all_reduce busbw, threads backend vs Open MPI (same sizes, same run)\n");
-      std::fprintf(table, "%5s %12s %14s %14s %8s\n", "ranks", "size(B)", "threads(GB/s)", "mpi(GB/s)", "ratio");
+      std::fprintf(table,
+                   "\n# all_reduce busbw, threads backend vs Open MPI (same sizes, same run)\n");
+      std::fprintf(table, "%5s %12s %14s %14s %8s\n", "ranks", "size(B)", "threads(GB/s)",
+                   "mpi(GB/s)", "ratio");
       for (const auto& t : rows) {
         if (t.backend != "threads" || t.op != "all_reduce") continue;
         for (const auto& m : rows) {
           if (m.backend == "mpi" && m.ranks == t.ranks && m.bytes == t.bytes) {
-            std::fprintf(table, "%5d %12llu %14.3f %14.3f %7.2fx\n", t.ranks, static_cast<unsigned long long>(t.bytes),
-                         t.busbw, m.busbw, m.busbw > 0 ? t.busbw / m.busbw : 0.0);
+            std::fprintf(table, "%5d %12llu %14.3f %14.3f %7.2fx\n", t.ranks,
+                         static_cast<unsigned long long>(t.bytes), t.busbw, m.busbw,
+                         m.busbw > 0 ? t.busbw / m.busbw : 0.0);
           }
         }
       }
@@ -256,7 +277,9 @@ int main(int argc, char** argv) {
     double latency = -1;
     if (!no_latency) {
       latency = p2p_latency_us(20000, 5);
-      std::fprintf(table, "\n# point-to-point: 8-byte send/recv one-way latency between 2 ranks: %.3f us (median of 5)\n",
+      std::fprintf(table,
+                   "\n# point-to-point: 8-byte send/recv one-way latency between 2 ranks: %.3f us "
+                   "(median of 5)\n",
                    latency);
     }
     if (!csv_path.empty()) {

@@ -31,7 +31,8 @@ inline std::uint64_t parse_bytes(const std::string& text) {
 }
 
 /// The sizes to run: the explicit list, else powers of `factor` from min to max.
-inline std::vector<std::uint64_t> size_list(const std::vector<std::string>& sizes, const std::string& min_bytes,
+inline std::vector<std::uint64_t> size_list(const std::vector<std::string>& sizes,
+                                            const std::string& min_bytes,
                                             const std::string& max_bytes, std::uint64_t factor) {
   std::vector<std::uint64_t> out;
   if (!sizes.empty()) {
@@ -48,7 +49,8 @@ inline std::vector<std::uint64_t> size_list(const std::vector<std::string>& size
 inline double busbw_factor(const std::string& op, int n) {
   const double p = n;
   if (op == "all_reduce" || op == "mpi_all_reduce") return 2.0 * (p - 1) / p;
-  if (op == "all_gather" || op == "reduce_scatter" || op == "gather" || op == "scatter") return (p - 1) / p;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "gather" || op == "scatter")
+    return (p - 1) / p;
   return 1.0;  // broadcast, reduce
 }
 
@@ -56,16 +58,17 @@ struct Row {
   std::string backend;  // threads | mpi
   std::string op;
   int ranks = 0;
-  std::uint64_t bytes = 0;  // nccl-tests "size": the largest buffer (all_gather: output, reduce_scatter: input)
-  std::uint64_t count = 0;  // elements of that buffer
-  double time_us = 0;       // median wall time of one call
+  std::uint64_t bytes =
+      0;  // nccl-tests "size": the largest buffer (all_gather: output, reduce_scatter: input)
+  std::uint64_t count = 0;      // elements of that buffer
+  double time_us = 0;           // median wall time of one call
   double algbw = 0, busbw = 0;  // GB/s (1e9 bytes)
-  double sim_us = -1;       // simulated time of one call (threads backend), -1 = n/a
+  double sim_us = -1;           // simulated time of one call (threads backend), -1 = n/a
 };
 
 inline void print_header(std::FILE* f) {
-  std::fprintf(f, "%-8s %-15s %5s %12s %11s %11s %11s %11s %11s\n", "backend", "op", "ranks", "size(B)", "count",
-               "time(us)", "algbw(GB/s)", "busbw(GB/s)", "sim(us)");
+  std::fprintf(f, "%-8s %-15s %5s %12s %11s %11s %11s %11s %11s\n", "backend", "op", "ranks",
+               "size(B)", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "sim(us)");
 }
 
 inline void print_row(std::FILE* f, const Row& r) {
@@ -75,18 +78,20 @@ inline void print_row(std::FILE* f, const Row& r) {
   } else {
     std::snprintf(sim, sizeof sim, "%11s", "-");
   }
-  std::fprintf(f, "%-8s %-15s %5d %12llu %11llu %11.2f %11.3f %11.3f %s\n", r.backend.c_str(), r.op.c_str(), r.ranks,
-               static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.count), r.time_us, r.algbw,
-               r.busbw, sim);
+  std::fprintf(f, "%-8s %-15s %5d %12llu %11llu %11.2f %11.3f %11.3f %s\n", r.backend.c_str(),
+               r.op.c_str(), r.ranks, static_cast<unsigned long long>(r.bytes),
+               static_cast<unsigned long long>(r.count), r.time_us, r.algbw, r.busbw, sim);
 }
 
-inline const char* csv_header() { return "backend,op,ranks,size_bytes,count,time_us,algbw_GBps,busbw_GBps,sim_us"; }
+inline const char* csv_header() {
+  return "backend,op,ranks,size_bytes,count,time_us,algbw_GBps,busbw_GBps,sim_us";
+}
 
 inline std::string csv_row(const Row& r) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%s,%s,%d,%llu,%llu,%.3f,%.4f,%.4f,%.3f", r.backend.c_str(), r.op.c_str(), r.ranks,
-                static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.count), r.time_us, r.algbw,
-                r.busbw, r.sim_us);
+  std::snprintf(buf, sizeof buf, "%s,%s,%d,%llu,%llu,%.3f,%.4f,%.4f,%.3f", r.backend.c_str(),
+                r.op.c_str(), r.ranks, static_cast<unsigned long long>(r.bytes),
+                static_cast<unsigned long long>(r.count), r.time_us, r.algbw, r.busbw, r.sim_us);
   return buf;
 }
 

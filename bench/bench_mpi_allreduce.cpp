@@ -36,7 +36,8 @@ int main(int argc, char** argv) {
         std::size_t start = 0;
         while (start <= list.size()) {
           const std::size_t comma = list.find(',', start);
-          const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+          const std::string item =
+              list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
           if (!item.empty()) sizes.push_back(item);
           if (comma == std::string::npos) break;
           start = comma + 1;
@@ -54,8 +55,10 @@ int main(int argc, char** argv) {
       csv = next() == "-";
     } else {
       if (rank == 0) {
-        std::fprintf(stderr, "usage: mpirun -np N bench_mpi_allreduce [--sizes S,...] [--min-bytes B --max-bytes B] "
-                             "[--iters N] [--warmup N] [--csv -]\n");
+        std::fprintf(
+            stderr,
+            "usage: mpirun -np N bench_mpi_allreduce [--sizes S,...] [--min-bytes B --max-bytes B] "
+            "[--iters N] [--warmup N] [--csv -]\n");
       }
       MPI_Finalize();
       return a == "--help" || a == "-h" ? 0 : 2;
@@ -72,12 +75,15 @@ int main(int argc, char** argv) {
   for (const std::uint64_t bytes : byte_sizes) {
     const std::size_t count = std::max<std::size_t>(1, bytes / sizeof(float));
     std::vector<float> buf(count, 1.0f);
-    for (int i = 0; i < warmup; ++i) MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int i = 0; i < warmup; ++i)
+      MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
     std::vector<double> times;
     for (int i = 0; i < iters; ++i) {
       MPI_Barrier(MPI_COMM_WORLD);
       const double t0 = MPI_Wtime();
-      MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
       double mine = MPI_Wtime() - t0, slowest = 0;
       MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
       times.push_back(slowest);

@@ -97,7 +97,8 @@ Dataset make_classification(const ClassificationConfig& c) {
   // Label noise.
   for (std::int64_t i = 0; i < n; ++i) {
     if (rng.uniform() < c.flip_y) {
-      d.y[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(c.n_classes)));
+      d.y[static_cast<std::size_t>(i)] =
+          static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(c.n_classes)));
     }
   }
 
@@ -114,7 +115,8 @@ Dataset make_classification(const ClassificationConfig& c) {
     s.y.resize(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) {
       const std::int64_t src = rows[static_cast<std::size_t>(i)];
-      for (int j = 0; j < c.n_features; ++j) s.x(i, j) = d.x(src, cols[static_cast<std::size_t>(j)]);
+      for (int j = 0; j < c.n_features; ++j)
+        s.x(i, j) = d.x(src, cols[static_cast<std::size_t>(j)]);
       s.y[static_cast<std::size_t>(i)] = d.y[static_cast<std::size_t>(src)];
     }
     return s;
@@ -159,8 +161,10 @@ void standardize(Split& split) {
   const Matrix& x = split.train.x;
   if (x.rows() == 0) return;
   const Eigen::RowVectorXf mean = x.colwise().mean();
-  Eigen::RowVectorXf sd = ((x.rowwise() - mean).array().square().colwise().sum() /
-                           static_cast<float>(x.rows())).sqrt().matrix();
+  Eigen::RowVectorXf sd =
+      ((x.rowwise() - mean).array().square().colwise().sum() / static_cast<float>(x.rows()))
+          .sqrt()
+          .matrix();
   for (Eigen::Index j = 0; j < sd.size(); ++j) sd(j) = sd(j) > 1e-12f ? 1.0f / sd(j) : 1.0f;
   for (Dataset* d : {&split.train, &split.test}) {
     d->x.rowwise() -= mean;

@@ -12,7 +12,8 @@ namespace {
   throw std::runtime_error(path + ": " + msg);
 }
 
-std::vector<std::uint8_t> read_idx(const std::string& path, int want_dims, std::vector<std::int64_t>& dims) {
+std::vector<std::uint8_t> read_idx(const std::string& path, int want_dims,
+                                   std::vector<std::int64_t>& dims) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open IDX file");
   unsigned char magic[4];
@@ -22,7 +23,8 @@ std::vector<std::uint8_t> read_idx(const std::string& path, int want_dims, std::
   if (magic[0] != 0 || magic[1] != 0) fail(path, "not an IDX file (bad magic)");
   if (magic[2] != 0x08) fail(path, "only unsigned-byte IDX files (type 0x08) are supported");
   if (magic[3] != want_dims) {
-    fail(path, "expected " + std::to_string(want_dims) + " dimensions, found " + std::to_string(magic[3]));
+    fail(path, "expected " + std::to_string(want_dims) + " dimensions, found " +
+                   std::to_string(magic[3]));
   }
   dims.clear();
   std::int64_t total = 1;

@@ -84,7 +84,8 @@ std::string field(const std::string& header, const std::string& key) {
 
 Raw read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open (missing file? regenerate reference outputs with ./distlab golden)");
+  if (!in)
+    fail(path, "cannot open (missing file? regenerate reference outputs with ./distlab golden)");
   char magic[8];
   in.read(magic, 8);
   if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0) fail(path, "not a .npy file");
@@ -118,9 +119,12 @@ Raw read(const std::string& path) {
     r.shape.push_back(std::stoll(tok));
   }
   std::size_t elem = 0;
-  if (r.descr == "<f4" || r.descr == "<i4") elem = 4;
-  else if (r.descr == "<f8" || r.descr == "<i8") elem = 8;
-  else fail(path, "unsupported dtype '" + r.descr + "': use float32, float64, int32 or int64");
+  if (r.descr == "<f4" || r.descr == "<i4")
+    elem = 4;
+  else if (r.descr == "<f8" || r.descr == "<i8")
+    elem = 8;
+  else
+    fail(path, "unsupported dtype '" + r.descr + "': use float32, float64, int32 or int64");
   const std::size_t bytes = elem * static_cast<std::size_t>(count_of(r.shape));
   r.bytes.resize(bytes);
   in.read(r.bytes.data(), static_cast<std::streamsize>(bytes));
@@ -143,19 +147,25 @@ std::vector<T> convert(const Raw& r) {
       out[i] = static_cast<T>(v);
     }
   };
-  if (r.descr == "<f4") copy(float{});
-  else if (r.descr == "<f8") copy(double{});
-  else if (r.descr == "<i4") copy(std::int32_t{});
-  else copy(std::int64_t{});
+  if (r.descr == "<f4")
+    copy(float{});
+  else if (r.descr == "<f8")
+    copy(double{});
+  else if (r.descr == "<i4")
+    copy(std::int32_t{});
+  else
+    copy(std::int64_t{});
   return out;
 }
 
 }  // namespace
 
-void save_npy(const std::string& path, std::span<const float> d, const std::vector<std::int64_t>& s) {
+void save_npy(const std::string& path, std::span<const float> d,
+              const std::vector<std::int64_t>& s) {
   write(path, "<f4", d.data(), 4, d.size(), s);
 }
-void save_npy(const std::string& path, std::span<const double> d, const std::vector<std::int64_t>& s) {
+void save_npy(const std::string& path, std::span<const double> d,
+              const std::vector<std::int64_t>& s) {
   write(path, "<f8", d.data(), 8, d.size(), s);
 }
 void save_npy(const std::string& path, std::span<const std::int32_t> d,
@@ -181,13 +191,15 @@ NpyArray<float> load_npy_float(const std::string& path) {
 
 NpyArray<std::int32_t> load_npy_int32(const std::string& path) {
   Raw r = read(path);
-  if (r.descr != "<i4" && r.descr != "<i8") fail(path, "expected an integer array, found " + r.descr);
+  if (r.descr != "<i4" && r.descr != "<i8")
+    fail(path, "expected an integer array, found " + r.descr);
   return {r.shape, convert<std::int32_t>(r)};
 }
 
 Matrix load_npy_matrix(const std::string& path) {
   NpyArray<float> a = load_npy_float(path);
-  if (a.shape.size() > 2) fail(path, "expected a 1-D or 2-D array, found shape " + shape_str(a.shape));
+  if (a.shape.size() > 2)
+    fail(path, "expected a 1-D or 2-D array, found shape " + shape_str(a.shape));
   const Eigen::Index rows = a.shape.size() == 2 ? a.shape[0] : 1;
   const Eigen::Index cols = a.shape.empty() ? 1 : a.shape.back();
   Matrix m(rows, cols);

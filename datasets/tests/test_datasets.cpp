@@ -19,8 +19,9 @@ using namespace datasets;
 namespace {
 
 fs::path temp_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("distlab_datasets_" + name + "_" +
-                                            std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
+  fs::path p = fs::temp_directory_path() /
+               ("distlab_datasets_" + name + "_" +
+                std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
   fs::create_directories(p);
   return p;
 }
@@ -153,8 +154,10 @@ TEST(TrainTestSplit, StandardizeUsesTrainStatistics) {
   const Eigen::RowVectorXf var = s.train.x.array().square().colwise().mean();
   EXPECT_LT((var.array() - 1.0f).abs().maxCoeff(), 1e-3f);
   // The test rows went through the same affine map: check one column by its two end points.
-  const float scale = (s.train.x(1, 0) - s.train.x(0, 0)) / (train_before(1, 0) - train_before(0, 0));
-  EXPECT_NEAR(s.test.x(0, 0), (test_before(0, 0) - train_before(0, 0)) * scale + s.train.x(0, 0), 1e-3);
+  const float scale =
+      (s.train.x(1, 0) - s.train.x(0, 0)) / (train_before(1, 0) - train_before(0, 0));
+  EXPECT_NEAR(s.test.x(0, 0), (test_before(0, 0) - train_before(0, 0)) * scale + s.train.x(0, 0),
+              1e-3);
 }
 
 TEST(BatchLoader, EachEpochVisitsEveryRowOnce) {
@@ -167,7 +170,8 @@ TEST(BatchLoader, EachEpochVisitsEveryRowOnce) {
     for (std::int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
       loader.indices(epoch * loader.batches_per_epoch() + b, rows);
       ASSERT_EQ(rows.size(), 10u);
-      for (auto r : rows) EXPECT_TRUE(seen.insert(r).second) << "row " << r << " twice in epoch " << epoch;
+      for (auto r : rows)
+        EXPECT_TRUE(seen.insert(r).second) << "row " << r << " twice in epoch " << epoch;
     }
     EXPECT_EQ(seen.size(), 500u);
   }
@@ -193,7 +197,8 @@ TEST(BatchLoader, BatchIIsAPureFunctionOfSeedAndI) {
   ASSERT_EQ(x.rows(), 16);
   for (int i = 0; i < 16; ++i) {
     EXPECT_EQ(x.row(i), d.x.row(ra[static_cast<std::size_t>(i)]));
-    EXPECT_EQ(y[static_cast<std::size_t>(i)], d.y[static_cast<std::size_t>(ra[static_cast<std::size_t>(i)])]);
+    EXPECT_EQ(y[static_cast<std::size_t>(i)],
+              d.y[static_cast<std::size_t>(ra[static_cast<std::size_t>(i)])]);
   }
 }
 

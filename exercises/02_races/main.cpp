@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs of the racy counter")->check(CLI::Range(1, 10000));
   app.add_option("--repeats", repeats, "additions (and subtractions) per run")
       ->check(CLI::Range(1L, 1L << 40));
-  app.add_option("--transfers", transfers, "transfers in each direction")->check(CLI::Range(1L, 1L << 40));
+  app.add_option("--transfers", transfers, "transfers in each direction")
+      ->check(CLI::Range(1L, 1L << 40));
   app.add_option("--deadlock-limit", deadlock_limit_s, "seconds before a deadlocked demo is killed")
       ->check(CLI::Range(0.1, 600.0));
   app.add_option("--seed", seed, "seed of the random-stream demo");
@@ -99,7 +100,8 @@ int main(int argc, char** argv) {
     for (long v : values) mean += static_cast<double>(v) / runs;
     std::printf("\n  min %ld   max %ld   mean %.0f   runs that gave 0: %ld of %d\n", *mn, *mx, mean,
                 zeros, runs);
-    std::printf("  (on one core the threads rarely interleave mid-update, so the spread is smaller)\n");
+    std::printf(
+        "  (on one core the threads rarely interleave mid-update, so the spread is smaller)\n");
   });
 
   section("2. three fixes", [&] {
@@ -118,13 +120,15 @@ int main(int argc, char** argv) {
         distlab::Stopwatch sw;
         const long result = v.fn(repeats);
         const double t = sw.elapsed_s();
-        std::printf("  %-34s %12ld %12.2f %16.2f\n", v.name, result, t * 1e3, t * 1e9 / (2.0 * repeats));
+        std::printf("  %-34s %12ld %12.2f %16.2f\n", v.name, result, t * 1e3,
+                    t * 1e9 / (2.0 * repeats));
       } catch (const distlab::NotImplemented&) {
         std::printf("  %-34s %12s\n", v.name, "not implemented");
       }
     }
-    std::printf("  A mutex serialises every update (and the cache line bounces between cores); an\n"
-                "  atomic is one locked instruction; local sums share nothing until the end.\n");
+    std::printf(
+        "  A mutex serialises every update (and the cache line bounces between cores); an\n"
+        "  atomic is one locked instruction; local sums share nothing until the end.\n");
   });
 
   section("3. lock ordering: two threads transfer a->b and b->a", [&] {
@@ -143,26 +147,31 @@ int main(int argc, char** argv) {
 
   section("4. random number streams per rank", [&] {
     const int ranks = 4;
-    std::printf("  seed %llu; first values of each stream\n", static_cast<unsigned long long>(seed));
-    std::printf("  %5s %32s %32s %20s\n", "rank", "init_model (same on all)", "draw_data (per rank)",
-                "shuffle_order (same)");
+    std::printf("  seed %llu; first values of each stream\n",
+                static_cast<unsigned long long>(seed));
+    std::printf("  %5s %32s %32s %20s\n", "rank", "init_model (same on all)",
+                "draw_data (per rank)", "shuffle_order (same)");
     for (int r = 0; r < ranks; ++r) {
       const auto w = races::init_model(3, seed, r);
       const auto d = races::draw_data(3, seed, r);
       const auto p = races::shuffle_order(10, seed, r);
-      std::printf("  %5d %10.6f %10.6f %10.6f %10.6f %10.6f %10.6f   %zu %zu %zu %zu %zu\n", r, w[0],
-                  w[1], w[2], d[0], d[1], d[2], p[0], p[1], p[2], p[3], p[4]);
+      std::printf("  %5d %10.6f %10.6f %10.6f %10.6f %10.6f %10.6f   %zu %zu %zu %zu %zu\n", r,
+                  w[0], w[1], w[2], d[0], d[1], d[2], p[0], p[1], p[2], p[3], p[4]);
     }
-    std::printf("  The wrong way, std::mt19937_64(seed + rank): rank 1 of seed %llu and rank 0 of seed %llu\n",
-                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + 1));
+    std::printf(
+        "  The wrong way, std::mt19937_64(seed + rank): rank 1 of seed %llu and rank 0 of seed "
+        "%llu\n",
+        static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + 1));
     std::mt19937_64 r1(seed + 1), r0(seed + 1);
-    std::printf("  draw %llu and %llu: the same stream, so two \"independent\" runs share their data.\n",
-                static_cast<unsigned long long>(r1()), static_cast<unsigned long long>(r0()));
-    std::printf("  stream_seed: rank 1 of seed %llu -> %016llx, rank 0 of seed %llu -> %016llx\n",
-                static_cast<unsigned long long>(seed),
-                static_cast<unsigned long long>(races::stream_seed(seed, 1, races::Purpose::Data)),
-                static_cast<unsigned long long>(seed + 1),
-                static_cast<unsigned long long>(races::stream_seed(seed + 1, 0, races::Purpose::Data)));
+    std::printf(
+        "  draw %llu and %llu: the same stream, so two \"independent\" runs share their data.\n",
+        static_cast<unsigned long long>(r1()), static_cast<unsigned long long>(r0()));
+    std::printf(
+        "  stream_seed: rank 1 of seed %llu -> %016llx, rank 0 of seed %llu -> %016llx\n",
+        static_cast<unsigned long long>(seed),
+        static_cast<unsigned long long>(races::stream_seed(seed, 1, races::Purpose::Data)),
+        static_cast<unsigned long long>(seed + 1),
+        static_cast<unsigned long long>(races::stream_seed(seed + 1, 0, races::Purpose::Data)));
   });
   return 0;
 }

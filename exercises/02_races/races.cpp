@@ -67,7 +67,8 @@ long add_and_subtract_with_local_sums(long repeats) {
 void transfer_deadlock_prone(Account& from, Account& to, long amount) {
   if (&from == &to) return;
   std::lock_guard<std::mutex> lock_from(from.mutex);
-  std::lock_guard<std::mutex> lock_to(to.mutex);  // another thread may hold this one, waiting for ours
+  std::lock_guard<std::mutex> lock_to(
+      to.mutex);  // another thread may hold this one, waiting for ours
   from.balance -= amount;
   to.balance += amount;
 }
@@ -96,7 +97,8 @@ std::uint64_t splitmix64(std::uint64_t x) {
 double to_unit(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
 
 std::uint64_t stream_seed(std::uint64_t seed, int rank, Purpose purpose) {
-  if (rank < 0) throw std::invalid_argument("stream_seed: rank must be >= 0, got " + std::to_string(rank));
+  if (rank < 0)
+    throw std::invalid_argument("stream_seed: rank must be >= 0, got " + std::to_string(rank));
   std::uint64_t h = 0;
   DISTLAB_TODO("derive a 64-bit seed from (seed, purpose) and, for purposes that differ per rank, "
                "the rank, so that no two distinct streams collide (races.hpp documents the "

@@ -29,9 +29,9 @@ void check_root(const char* fn, const char* what, int root) {
 void check_size(const char* fn, const char* buffer, std::size_t got, std::size_t want,
                 const char* rule) {
   if (got != want) {
-    throw dist::Error("rank " + std::to_string(dist::rank()) + ": " + fn + ": " + buffer +
-                      " has " + std::to_string(got) + " elements but must have " +
-                      std::to_string(want) + " (" + rule + ")");
+    throw dist::Error("rank " + std::to_string(dist::rank()) + ": " + fn + ": " + buffer + " has " +
+                      std::to_string(got) + " elements but must have " + std::to_string(want) +
+                      " (" + rule + ")");
   }
 }
 

@@ -115,9 +115,8 @@ bool is_square(int p) {
   return q * q == p;
 }
 
-Result run_one(const Strategy& st, const dist::LaunchOptions& base, int p,
-               const Eigen::MatrixXf& A, const Eigen::MatrixXf& B, const Eigen::MatrixXf& want,
-               int repeats) {
+Result run_one(const Strategy& st, const dist::LaunchOptions& base, int p, const Eigen::MatrixXf& A,
+               const Eigen::MatrixXf& B, const Eigen::MatrixXf& want, int repeats) {
   Result res;
   dist::LaunchOptions o = base;
   o.world_size = p;
@@ -179,17 +178,20 @@ std::vector<int> parse_list(const std::string& text) {
 
 int main(int argc, char** argv) {
   Eigen::setNbThreads(1);  // local products single-threaded: the partition does the scaling
-  CLI::App app{"04_matmul: C = A B partitioned by rows, columns, the reduction dimension, 2-D blocks"};
+  CLI::App app{
+      "04_matmul: C = A B partitioned by rows, columns, the reduction dimension, 2-D blocks"};
   auto flags = distlab::add_launch_options(app);
   std::string world_sizes = "1,2,4,8,9";
   std::string shapes = "square,tall,wide,deep";
   std::string strategies = "rows,cols,reduction,2d";
   double scale = 1.0;
   int repeats = 2;
-  app.add_option("--world-sizes", world_sizes, "comma-separated world sizes (2-D runs the squares)");
+  app.add_option("--world-sizes", world_sizes,
+                 "comma-separated world sizes (2-D runs the squares)");
   app.add_option("--shapes", shapes, "any of square,tall,wide,deep");
   app.add_option("--strategies", strategies, "any of rows,cols,reduction,2d");
-  app.add_option("--scale", scale, "multiply every dimension by this")->check(CLI::Range(0.01, 16.0));
+  app.add_option("--scale", scale, "multiply every dimension by this")
+      ->check(CLI::Range(0.01, 16.0));
   app.add_option("--repeats", repeats, "timed runs per case (median wall time)")
       ->check(CLI::Range(1, 100));
   CLI11_PARSE(app, argc, argv);
@@ -213,11 +215,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const std::vector<Strategy> all_strategies = {
-      {"rows", matmul::matmul_by_rows},
-      {"cols", matmul::matmul_by_cols},
-      {"reduction", matmul::matmul_by_reduction},
-      {"2d", matmul::matmul_2d_blocks}};
+  const std::vector<Strategy> all_strategies = {{"rows", matmul::matmul_by_rows},
+                                                {"cols", matmul::matmul_by_cols},
+                                                {"reduction", matmul::matmul_by_reduction},
+                                                {"2d", matmul::matmul_2d_blocks}};
   const std::vector<ShapeCase> all_shapes = {
       {"square", "a big layer, a big batch", 768, 768, 768},
       {"tall", "big batch x small layer (activations)", 6144, 256, 256},
@@ -225,12 +226,14 @@ int main(int argc, char** argv) {
       {"deep", "long reduction (a weight gradient X^T dY)", 256, 6144, 256}};
 
   const dist::NetworkModel& net = base.network;
-  std::printf("04_matmul: network alpha = %.1f us, bandwidth = %.1f GB/s%s; local products "
-              "single-threaded\n",
-              net.latency_s * 1e6, net.bandwidth_Bps / 1e9,
-              net.ranks_per_node > 0 ? " (two-level: model column assumes flat)" : "");
-  std::printf("bytes = sent + received on one rank; sim = simulated communication time; model = "
-              "alpha-beta cost of the plan; wall = whole call\n");
+  std::printf(
+      "04_matmul: network alpha = %.1f us, bandwidth = %.1f GB/s%s; local products "
+      "single-threaded\n",
+      net.latency_s * 1e6, net.bandwidth_Bps / 1e9,
+      net.ranks_per_node > 0 ? " (two-level: model column assumes flat)" : "");
+  std::printf(
+      "bytes = sent + received on one rank; sim = simulated communication time; model = "
+      "alpha-beta cost of the plan; wall = whole call\n");
 
   bool any_missing = false;
   for (const ShapeCase& sc : all_shapes) {
@@ -270,8 +273,7 @@ int main(int argc, char** argv) {
         const double need = needed_bytes(st.name, p, matmul::Shape{m, k, n});
         std::printf("%-10s %3d %9.2f %9.2f %9.2f %9.3f %9.3f %9.1f %8s %s\n", st.name.c_str(), p,
                     need / 1e6, r.rank0_bytes / 1e6, r.other_max_bytes / 1e6, r.sim_s * 1e3,
-                    model * 1e3,
-                    r.wall_s * 1e3,
+                    model * 1e3, r.wall_s * 1e3,
                     wall1 > 0 ? (std::to_string(wall1 / r.wall_s).substr(0, 4) + "x").c_str() : "-",
                     r.max_err <= tol ? "ok" : "WRONG");
         best_sim[st.name] = r.sim_s;

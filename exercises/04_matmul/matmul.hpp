@@ -54,9 +54,9 @@ struct Range {
 /// n % parts parts are the larger ones. The one place all shard arithmetic of this module lives.
 inline Range shard_range(Index n, int parts, int index) {
   if (n < 0 || parts < 1 || index < 0 || index >= parts) {
-    throw std::invalid_argument("shard_range(n=" + std::to_string(n) + ", parts=" +
-                                std::to_string(parts) + ", index=" + std::to_string(index) +
-                                "): need n >= 0, parts >= 1 and 0 <= index < parts");
+    throw std::invalid_argument(
+        "shard_range(n=" + std::to_string(n) + ", parts=" + std::to_string(parts) +
+        ", index=" + std::to_string(index) + "): need n >= 0, parts >= 1 and 0 <= index < parts");
   }
   const Index base = n / parts;
   const Index extra = n % parts;

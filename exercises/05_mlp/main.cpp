@@ -43,11 +43,12 @@ int bench(const mlp::Config& c, int steps) {
   // forward: in the seed config the first layer holds 65% of the weights.)
   const double first_layer = static_cast<double>(model.parameters().front()->numel());
   const double flops = 3.0 * model.forward_flops(c.batch_size) - 2.0 * c.batch_size * first_layer;
-  std::printf("training step, batch %d, %d steps, 1 thread (Eigen %d.%d.%d):\n", c.batch_size, steps,
-              EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
-  std::printf("  median %.3f ms | min %.3f ms | p90 %.3f ms | %.1f GFLOP/s at the median "
-              "(%.1f MFLOP of matrix products per step)\n",
-              med, ms.front(), ms[ms.size() * 9 / 10], flops / (med * 1e-3) / 1e9, flops / 1e6);
+  std::printf("training step, batch %d, %d steps, 1 thread (Eigen %d.%d.%d):\n", c.batch_size,
+              steps, EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION);
+  std::printf(
+      "  median %.3f ms | min %.3f ms | p90 %.3f ms | %.1f GFLOP/s at the median "
+      "(%.1f MFLOP of matrix products per step)\n",
+      med, ms.front(), ms[ms.size() * 9 / 10], flops / (med * 1e-3) / 1e9, flops / 1e6);
   return 0;
 }
 
@@ -65,10 +66,12 @@ int main(int argc, char** argv) {
   app.add_option("--train-size", c.train_size, "training rows")->check(CLI::PositiveNumber);
   app.add_option("--test-size", c.test_size, "held-out rows")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", c.batch_size, "rows per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr,--learning-rate", c.learning_rate, "SGD step size")->check(CLI::PositiveNumber);
+  app.add_option("--lr,--learning-rate", c.learning_rate, "SGD step size")
+      ->check(CLI::PositiveNumber);
   app.add_option("--niters", c.niters, "SGD steps")->check(CLI::NonNegativeNumber);
   app.add_option("--seed", c.seed, "seed of data, weights and shuffling");
-  app.add_option("--activation", activation, "tanh or relu")->check(CLI::IsMember({"tanh", "relu"}));
+  app.add_option("--activation", activation, "tanh or relu")
+      ->check(CLI::IsMember({"tanh", "relu"}));
   app.add_option("--log-every", c.log_every, "steps between log lines")->check(CLI::PositiveNumber);
   app.add_option("--bench", bench_steps, "time this many training steps instead of training");
   CLI11_PARSE(app, argc, argv);

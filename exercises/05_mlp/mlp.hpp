@@ -35,18 +35,18 @@ enum class Activation { Tanh, ReLU };
 
 /// The model and training settings; defaults are the seed config (`./distlab run 05_mlp`).
 struct Config {
-  int n_layers = 4;              // linear layers (n_layers - 1 hidden activations)
-  int dim_in = 1024;             // input features
-  int n_classes = 32;            // outputs (logits)
-  int dim_hidden = 256;          // width of every hidden layer
+  int n_layers = 4;                 // linear layers (n_layers - 1 hidden activations)
+  int dim_in = 1024;                // input features
+  int n_classes = 32;               // outputs (logits)
+  int dim_hidden = 256;             // width of every hidden layer
   std::int64_t train_size = 10000;  // training rows of the synthetic data set
   std::int64_t test_size = 2000;    // held-out rows: the test loss is measured on these only
-  int batch_size = 64;           // rows per SGD step
-  float learning_rate = 0.1f;    // SGD step size
-  int niters = 1000;             // SGD steps
-  std::uint64_t seed = 0;        // data, initial weights and shuffling all derive from it
+  int batch_size = 64;              // rows per SGD step
+  float learning_rate = 0.1f;       // SGD step size
+  int niters = 1000;                // SGD steps
+  std::uint64_t seed = 0;           // data, initial weights and shuffling all derive from it
   Activation activation = Activation::Tanh;
-  int log_every = 100;           // print a log line every this many steps (and at the last)
+  int log_every = 100;  // print a log line every this many steps (and at the last)
 
   /// (in, out) of layer i: dim_in -> dim_hidden -> ... -> dim_hidden -> n_classes.
   int layer_in(int i) const { return i == 0 ? dim_in : dim_hidden; }
@@ -85,7 +85,7 @@ struct Parameter {
 
   std::string name;  // "layers.<i>.weight"
   Matrix value;
-  Matrix grad;       // d loss / d value, written (not accumulated) by backward
+  Matrix grad;  // d loss / d value, written (not accumulated) by backward
 
   /// Registers a hook; returns a handle for remove_hook.
   int add_hook(Hook hook);

@@ -61,7 +61,8 @@ MyDP::MyDP(mlp::MLP& model, std::size_t bucket_cap_bytes)
   build_buckets();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const int index = static_cast<int>(i);
-    hook_handles_.push_back(params_[i]->add_hook([this, index](mlp::Parameter&) { on_gradient_ready(index); }));
+    hook_handles_.push_back(
+        params_[i]->add_hook([this, index](mlp::Parameter&) { on_gradient_ready(index); }));
   }
   broadcast_parameters();
 }

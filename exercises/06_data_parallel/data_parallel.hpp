@@ -78,10 +78,10 @@ class MyDP {
 
  private:
   struct Bucket {
-    std::vector<int> params;     // parameter indices, in the order their gradients arrive
-    std::vector<float> buffer;   // the bucket's gradients, flattened
-    int ready = 0;               // gradients copied in during this backward
-    dist::Work work;             // the bucket's all-reduce in flight
+    std::vector<int> params;    // parameter indices, in the order their gradients arrive
+    std::vector<float> buffer;  // the bucket's gradients, flattened
+    int ready = 0;              // gradients copied in during this backward
+    dist::Work work;            // the bucket's all-reduce in flight
     bool launched = false;
   };
 
@@ -94,8 +94,8 @@ class MyDP {
   std::vector<mlp::Parameter*> params_;
   std::size_t bucket_cap_bytes_;
   std::vector<Bucket> buckets_;
-  std::vector<int> bucket_of_;            // parameter index -> bucket index
-  std::vector<std::size_t> offset_;       // parameter index -> offset (floats) in its bucket
+  std::vector<int> bucket_of_;       // parameter index -> bucket index
+  std::vector<std::size_t> offset_;  // parameter index -> offset (floats) in its bucket
   std::vector<int> hook_handles_;
 };
 

@@ -97,9 +97,8 @@ struct RunOptions {
 /// evaluates the held-out loss; train_loss is the mean over ranks. Calls `out` on rank 0 with
 /// every log line, returns the log (rank 0) and copies the trained weights into *trained if set (a model of
 /// the same config).
-std::vector<mlp::LogLine> train_data_parallel(const mlp::Config& config, const datasets::Split& data,
-                                              const RunOptions& options,
-                                              const std::function<void(const mlp::LogLine&)>& out = {},
-                                              mlp::MLP* trained = nullptr);
+std::vector<mlp::LogLine> train_data_parallel(
+    const mlp::Config& config, const datasets::Split& data, const RunOptions& options,
+    const std::function<void(const mlp::LogLine&)>& out = {}, mlp::MLP* trained = nullptr);
 
 }  // namespace dp

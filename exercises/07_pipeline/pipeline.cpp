@@ -44,8 +44,8 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
 void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
   if (dy.cols() != out_features()) {
     throw std::invalid_argument("Stage::backward: stage " + std::to_string(stage_) + " expects a " +
-                                "gradient of " + std::to_string(out_features()) + " features, got " +
-                                std::to_string(dy.cols()));
+                                "gradient of " + std::to_string(out_features()) +
+                                " features, got " + std::to_string(dy.cols()));
   }
   DISTLAB_TODO("backpropagate dy through this stage's layers from the microbatch's stash, "
                "charging the modelled compute, ADDING each weight gradient (microbatches "
@@ -144,9 +144,12 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
 
 const char* to_string(Schedule s) {
   switch (s) {
-    case Schedule::Naive: return "naive";
-    case Schedule::GPipe: return "gpipe";
-    case Schedule::OneFOneB: return "1f1b";
+    case Schedule::Naive:
+      return "naive";
+    case Schedule::GPipe:
+      return "gpipe";
+    case Schedule::OneFOneB:
+      return "1f1b";
   }
   return "?";
 }
@@ -160,9 +163,9 @@ Schedule schedule_from_string(const std::string& name) {
 
 Range shard_range(int n, int parts, int index) {
   if (n < 0 || parts < 1 || index < 0 || index >= parts) {
-    throw std::invalid_argument("shard_range(n=" + std::to_string(n) + ", parts=" +
-                                std::to_string(parts) + ", index=" + std::to_string(index) +
-                                "): need n >= 0, parts >= 1 and 0 <= index < parts");
+    throw std::invalid_argument(
+        "shard_range(n=" + std::to_string(n) + ", parts=" + std::to_string(parts) +
+        ", index=" + std::to_string(index) + "): need n >= 0, parts >= 1 and 0 <= index < parts");
   }
   const int base = n / parts;
   const int extra = n % parts;

@@ -35,7 +35,7 @@ using Matrix = mlp::Matrix;
 using Labels = mlp::Labels;
 
 enum class Schedule { Naive, GPipe, OneFOneB };
-const char* to_string(Schedule s);   // "naive", "gpipe", "1f1b"
+const char* to_string(Schedule s);  // "naive", "gpipe", "1f1b"
 /// Parses "naive", "gpipe" or "1f1b" (else std::invalid_argument).
 Schedule schedule_from_string(const std::string& name);
 
@@ -112,7 +112,10 @@ class Stage {
   const std::vector<Span>& spans() const { return spans_; }
   /// Total compute charged so far (seconds); the busy time of the bubble fraction.
   double busy_seconds() const { return busy_s_; }
-  void clear_spans() { spans_.clear(); busy_s_ = 0; }
+  void clear_spans() {
+    spans_.clear();
+    busy_s_ = 0;
+  }
 
   /// Given. Charge this stage's forward / backward of `rows` rows to the simulated clock, as one
   /// span named F<microbatch> / B<microbatch> (the cost model in cost_meter.hpp).
@@ -134,8 +137,8 @@ class Stage {
   ActivationMeter meter_;
   std::vector<Span> spans_;
   double busy_s_ = 0;
-  Matrix out_;                           // forward's output
-  Matrix grad_scratch_, dh_, dz_;        // backward's buffers
+  Matrix out_;                     // forward's output
+  Matrix grad_scratch_, dh_, dz_;  // backward's buffers
 };
 
 // ---------------------------------------------------------------------------------------------

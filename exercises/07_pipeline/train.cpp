@@ -49,7 +49,8 @@ StepMeasure measured_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Sched
   m.peak_microbatches = stage.meter().peak_microbatches();
   m.peak_bytes = stage.meter().peak_bytes();
   for (const Stage::Span& s : stage.spans()) m.spans.push_back({s.name, s.t0 - m.t0, s.t1 - m.t0});
-  for (const ActivationMeter::Sample& s : stage.meter().samples()) m.memory.push_back({s.t - m.t0, s.bytes});
+  for (const ActivationMeter::Sample& s : stage.meter().samples())
+    m.memory.push_back({s.t - m.t0, s.bytes});
   double busy = m.busy_s;
   dist::all_reduce(std::span<double>(&busy, 1), dist::ReduceOp::Sum);
   const double capacity = static_cast<double>(dist::world_size()) * m.step_s;
@@ -70,10 +71,12 @@ double formula_bubble(Schedule s, int stages, int microbatches) {
 void gather_weights(const Stage& stage, mlp::MLP* model_on_rank0) {
   const int rank = dist::rank(), p = dist::world_size();
   if (rank != 0) {
-    for (const mlp::Parameter* w : stage.parameters()) dist::send(dist::as_span(w->value), 0, kGatherTag);
+    for (const mlp::Parameter* w : stage.parameters())
+      dist::send(dist::as_span(w->value), 0, kGatherTag);
     return;
   }
-  if (model_on_rank0 == nullptr) throw std::invalid_argument("gather_weights: rank 0 needs a model");
+  if (model_on_rank0 == nullptr)
+    throw std::invalid_argument("gather_weights: rank 0 needs a model");
   const auto dst = model_on_rank0->parameters();
   const auto mine = stage.parameters();
   for (std::size_t k = 0; k < mine.size(); ++k) dst.at(k)->value = mine[k]->value;
@@ -111,7 +114,8 @@ std::vector<mlp::LogLine> train_pipeline(const PipelineConfig& c, const datasets
     ++loss_count;
     if (step % mc.log_every == 0 || step == mc.niters - 1) {
       double mean = loss_sum / loss_count;
-      if (p > 1 && stage.is_last()) dist::send(std::span<const double>(&mean, 1), 0, kGatherTag + 1);
+      if (p > 1 && stage.is_last())
+        dist::send(std::span<const double>(&mean, 1), 0, kGatherTag + 1);
       if (p > 1 && rank == 0) dist::recv(std::span<double>(&mean, 1), p - 1, kGatherTag + 1);
       gather_weights(stage, whole.get());
       if (rank == 0) {
@@ -145,8 +149,10 @@ std::string render_timeline(const std::vector<std::vector<Stage::Span>>& spans, 
       const char fill = s.name[0] == 'F' ? '-' : '=';
       for (int c = c0; c < c1; ++c) line[static_cast<std::size_t>(c)] = fill;
       const int label = w >= 3 ? std::min(static_cast<int>(s.name.size()), w - 1) : 1;
-      for (int k = 0; k < label; ++k) line[static_cast<std::size_t>(c0 + k)] = s.name[static_cast<std::size_t>(k)];
-      if (w >= 3) line[static_cast<std::size_t>(c1 - 1)] = ' ';  // a gap between neighbouring blocks
+      for (int k = 0; k < label; ++k)
+        line[static_cast<std::size_t>(c0 + k)] = s.name[static_cast<std::size_t>(k)];
+      if (w >= 3)
+        line[static_cast<std::size_t>(c1 - 1)] = ' ';  // a gap between neighbouring blocks
     }
     os << "stage " << r << " |" << line << "|\n";
   }
@@ -168,10 +174,18 @@ void add_memory_counters(const std::string& trace_path,
   auto& events = doc["traceEvents"];
   for (std::size_t s = 0; s < memory.size(); ++s) {
     const std::string name = "stashed bytes, stage " + std::to_string(s);
-    events.push_back({{"name", name}, {"ph", "C"}, {"pid", 0}, {"tid", s}, {"ts", 0.0},
+    events.push_back({{"name", name},
+                      {"ph", "C"},
+                      {"pid", 0},
+                      {"tid", s},
+                      {"ts", 0.0},
                       {"args", {{"bytes", 0}}}});
     for (const auto& sample : memory[s]) {
-      events.push_back({{"name", name}, {"ph", "C"}, {"pid", 0}, {"tid", s}, {"ts", sample.t * 1e6},
+      events.push_back({{"name", name},
+                        {"ph", "C"},
+                        {"pid", 0},
+                        {"tid", s},
+                        {"ts", sample.t * 1e6},
                         {"args", {{"bytes", sample.bytes}}}});
     }
   }

@@ -15,25 +15,25 @@ namespace pp {
 
 /// The settings of a pipeline run; the stages are the ranks (--stages / --world-size).
 struct PipelineConfig {
-  mlp::Config model;                      // 05's model and training settings (seed config)
-  int microbatches = 8;                   // m: microbatches per batch (naive ignores it)
-  Schedule schedule = Schedule::OneFOneB; // naive, gpipe or 1f1b
-  CostModel cost;                         // modelled compute speed of every stage
+  mlp::Config model;                       // 05's model and training settings (seed config)
+  int microbatches = 8;                    // m: microbatches per batch (naive ignores it)
+  Schedule schedule = Schedule::OneFOneB;  // naive, gpipe or 1f1b
+  CostModel cost;                          // modelled compute speed of every stage
   /// Throws std::invalid_argument saying which field is wrong (for `stages` ranks).
   void validate(int stages) const;
 };
 
 /// One step as the simulated clock saw it, on this rank.
 struct StepMeasure {
-  double loss = 0;                  // the batch's mean loss (last stage; 0 elsewhere)
-  double t0 = 0;                    // simulated time of the step's start (the same on every rank)
-  double step_s = 0;                // the step's simulated time, first start to last finish
-  double busy_s = 0;                // this stage's compute in the step
-  double bubble = 0;                // 1 - (sum of every stage's busy) / (stages * step_s)
-  int peak_microbatches = 0;        // most microbatches stashed at once on this stage
-  std::int64_t peak_bytes = 0;      // most stashed bytes at once on this stage
-  dist::Stats stats;                // this rank's traffic in the step
-  std::vector<Stage::Span> spans;   // this stage's F/B spans, seconds since the step's start
+  double loss = 0;                 // the batch's mean loss (last stage; 0 elsewhere)
+  double t0 = 0;                   // simulated time of the step's start (the same on every rank)
+  double step_s = 0;               // the step's simulated time, first start to last finish
+  double busy_s = 0;               // this stage's compute in the step
+  double bubble = 0;               // 1 - (sum of every stage's busy) / (stages * step_s)
+  int peak_microbatches = 0;       // most microbatches stashed at once on this stage
+  std::int64_t peak_bytes = 0;     // most stashed bytes at once on this stage
+  dist::Stats stats;               // this rank's traffic in the step
+  std::vector<Stage::Span> spans;  // this stage's F/B spans, seconds since the step's start
   std::vector<ActivationMeter::Sample> memory;  // stash changes, seconds since the step's start
 };
 

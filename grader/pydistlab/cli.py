@@ -85,6 +85,11 @@ def _cmd_golden(a: argparse.Namespace) -> int:
     return golden.main(a.modules, check=a.check)
 
 
+def _cmd_format(a: argparse.Namespace) -> int:
+    from .commands import cxxformat
+    return cxxformat.main(check=a.check)
+
+
 def _cmd_test(a: argparse.Namespace) -> int:
     from .commands import selftest
     return selftest.main(a)
@@ -167,10 +172,13 @@ def parser() -> argparse.ArgumentParser:
     go.add_argument("--check", action="store_true",
                     help="do not write: check that the stored outputs reproduce")
 
+    fm = add("format", _cmd_format, "format the kit's hand-written C++ files with clang-format (.clang-format)")
+    fm.add_argument("--check", action="store_true", help="do not write: list the files that are not formatted")
+
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,
                    help="comma-separated steps: build,tsan,nccl,solutions,stubs,sync,golden,release,"
-                        "selftest,lint")
+                        "selftest,lint,format")
     return p
 
 

@@ -83,14 +83,10 @@ def install_line(packages: list[str]) -> str:
     return "sudo apt-get update && sudo apt-get install -y --no-install-recommends " + " ".join(packages)
 
 
-def ensure(include_optional: bool = False) -> None:
-    """Makes sure the required packages are installed (see the module docstring)."""
+def apt_install(packages: list[str], names: str = "") -> None:
+    """Installs Debian packages as root (apt-get update once); otherwise says the sudo line."""
     global _updated
-    need = missing(include_optional)
-    if not need:
-        return
-    packages = sorted({r.package for r in need})
-    names = ", ".join(r.what for r in need)
+    names = names or ", ".join(packages)
     if not shutil.which("apt-get"):
         raise DistlabError(f"missing: {names}. This is not a Debian/Ubuntu system; install the "
                            f"equivalents of the Debian packages {' '.join(packages)} and retry.")
@@ -106,6 +102,14 @@ def ensure(include_optional: bool = False) -> None:
                        stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise DistlabError(f"apt-get install failed (status {r.returncode}); see its output above")
+
+
+def ensure(include_optional: bool = False) -> None:
+    """Makes sure the required packages are installed (see the module docstring)."""
+    need = missing(include_optional)
+    if not need:
+        return
+    apt_install(sorted({r.package for r in need}), ", ".join(r.what for r in need))
     still = missing(include_optional)
     if still:
         raise DistlabError("still missing after installing: " + ", ".join(r.what for r in still))

@@ -35,10 +35,14 @@ namespace {
 
 MPI_Datatype mpi_type(DataType type) {
   switch (type) {
-    case DataType::Float32: return MPI_FLOAT;
-    case DataType::Float64: return MPI_DOUBLE;
-    case DataType::Int32: return MPI_INT32_T;
-    case DataType::Int64: return MPI_INT64_T;
+    case DataType::Float32:
+      return MPI_FLOAT;
+    case DataType::Float64:
+      return MPI_DOUBLE;
+    case DataType::Int32:
+      return MPI_INT32_T;
+    case DataType::Int64:
+      return MPI_INT64_T;
   }
   throw Error("mpi backend: unknown DataType");
 }
@@ -46,10 +50,14 @@ MPI_Datatype mpi_type(DataType type) {
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::Sum:
-    case ReduceOp::Avg: return MPI_SUM;  // Avg: sum, then divide by world size
-    case ReduceOp::Product: return MPI_PROD;
-    case ReduceOp::Min: return MPI_MIN;
-    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Avg:
+      return MPI_SUM;  // Avg: sum, then divide by world size
+    case ReduceOp::Product:
+      return MPI_PROD;
+    case ReduceOp::Min:
+      return MPI_MIN;
+    case ReduceOp::Max:
+      return MPI_MAX;
   }
   throw Error("mpi backend: unknown ReduceOp");
 }
@@ -84,7 +92,9 @@ class MpiWork : public WorkImpl {
  public:
   MpiWork(std::shared_ptr<MpiBackend> backend, MPI_Request req, std::string what,
           std::function<void(const MPI_Status&)> on_done)
-      : backend_(std::move(backend)), req_(req), what_(std::move(what)),
+      : backend_(std::move(backend)),
+        req_(req),
+        what_(std::move(what)),
         on_done_(std::move(on_done)) {}
   bool is_completed() override;
   void wait() override;
@@ -142,8 +152,8 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
   void broadcast(void* buf, std::size_t count, DataType type, int src) override {
     begin_collective();
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Ibcast(buf, int_count(count, "broadcast"), mpi_type(type), src, job_.comm(),
-                              &req));
+    DIST_MPI_CHECK(
+        MPI_Ibcast(buf, int_count(count, "broadcast"), mpi_type(type), src, job_.comm(), &req));
     job_.wait(req, describe_collective("broadcast", count, type));
   }
 
@@ -165,14 +175,14 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
   Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op) override {
     begin_collective();
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int_count(count, "all_reduce"),
-                                  mpi_type(type), mpi_op(op), job_.comm(), &req));
+    DIST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int_count(count, "all_reduce"), mpi_type(type),
+                                  mpi_op(op), job_.comm(), &req));
     const int p = size();
-    return Work(std::make_shared<MpiWork>(
-        shared_from_this(), req, describe_collective("all_reduce", count, type),
-        [=](const MPI_Status&) {
-          if (op == ReduceOp::Avg) divide(buf, count, type, p);
-        }));
+    return Work(std::make_shared<MpiWork>(shared_from_this(), req,
+                                          describe_collective("all_reduce", count, type),
+                                          [=](const MPI_Status&) {
+                                            if (op == ReduceOp::Avg) divide(buf, count, type, p);
+                                          }));
   }
 
   void gather(const void* in, void* out, std::size_t count, DataType type, int dst) override {
@@ -181,8 +191,8 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
     in = unalias(in, count, type, out, count * static_cast<std::size_t>(size()), copy);
     const int n = int_count(count, "gather");
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Igather(in, n, mpi_type(type), out, n, mpi_type(type), dst, job_.comm(),
-                               &req));
+    DIST_MPI_CHECK(
+        MPI_Igather(in, n, mpi_type(type), out, n, mpi_type(type), dst, job_.comm(), &req));
     job_.wait(req, describe_collective("gather", count, type));
   }
 
@@ -192,8 +202,8 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
     in = unalias(in, count, type, out, count * static_cast<std::size_t>(size()), copy);
     const int n = int_count(count, "all_gather");
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Iallgather(in, n, mpi_type(type), out, n, mpi_type(type), job_.comm(),
-                                  &req));
+    DIST_MPI_CHECK(
+        MPI_Iallgather(in, n, mpi_type(type), out, n, mpi_type(type), job_.comm(), &req));
     job_.wait(req, describe_collective("all_gather", count, type));
   }
 
@@ -203,8 +213,8 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
     in = unalias(in, count * static_cast<std::size_t>(size()), type, out, count, copy);
     const int n = int_count(count, "scatter");
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Iscatter(in, n, mpi_type(type), out, n, mpi_type(type), src, job_.comm(),
-                                &req));
+    DIST_MPI_CHECK(
+        MPI_Iscatter(in, n, mpi_type(type), out, n, mpi_type(type), src, job_.comm(), &req));
     job_.wait(req, describe_collective("scatter", count, type));
   }
 
@@ -262,35 +272,34 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
     job_.poll_failures();
     const int n = int_count(count, fn);
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Issend(buf, n, mpi_type(type), dst, mpi_tag(tag, type, fn), job_.comm(),
-                              &req));
+    DIST_MPI_CHECK(
+        MPI_Issend(buf, n, mpi_type(type), dst, mpi_tag(tag, type, fn), job_.comm(), &req));
     count_message(stats_, Direction::Sent, dst, count * size_of(type));
     return std::make_shared<MpiWork>(shared_from_this(), req,
                                      describe(fn, "dst", dst, tag, count, type), nullptr);
   }
 
-  std::shared_ptr<MpiWork> irecv_impl(void* buf, std::size_t count, DataType type, int src,
-                                      int tag, const char* fn) {
+  std::shared_ptr<MpiWork> irecv_impl(void* buf, std::size_t count, DataType type, int src, int tag,
+                                      const char* fn) {
     job_.poll_failures();
     const int n = int_count(count, fn);
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Irecv(buf, n, mpi_type(type), src, mpi_tag(tag, type, fn), job_.comm(),
-                             &req));
+    DIST_MPI_CHECK(
+        MPI_Irecv(buf, n, mpi_type(type), src, mpi_tag(tag, type, fn), job_.comm(), &req));
     count_message(stats_, Direction::Received, src, count * size_of(type));
     std::string what = describe(fn, "src", src, tag, count, type);
     const int me = rank();
-    return std::make_shared<MpiWork>(
-        shared_from_this(), req, what, [=](const MPI_Status& status) {
-          int got = 0;
-          DIST_MPI_CHECK(MPI_Get_count(&status, mpi_type(type), &got));
-          if (got != n) {
-            std::ostringstream os;
-            os << "rank " << me << ": " << what << ": rank " << src << " sent " << got
-               << " elements but this recv expects " << n
-               << ": a send and its recv must agree on element type and count";
-            throw MismatchError(os.str());
-          }
-        });
+    return std::make_shared<MpiWork>(shared_from_this(), req, what, [=](const MPI_Status& status) {
+      int got = 0;
+      DIST_MPI_CHECK(MPI_Get_count(&status, mpi_type(type), &got));
+      if (got != n) {
+        std::ostringstream os;
+        os << "rank " << me << ": " << what << ": rank " << src << " sent " << got
+           << " elements but this recv expects " << n
+           << ": a send and its recv must agree on element type and count";
+        throw MismatchError(os.str());
+      }
+    });
   }
 
   mpi::MpiJob job_;

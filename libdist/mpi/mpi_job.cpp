@@ -75,9 +75,10 @@ void check_job_size(const LaunchOptions& options, const char* backend_name) {
   if (!dist::started_by_mpirun() && options.world_size != 1) {
     std::ostringstream os;
     os << "--backend " << backend_name << " runs one rank per process, started by mpirun: run "
-       << "`mpirun -np " << options.world_size << " PROGRAM ...` (or `./distlab run MODULE --backend "
-       << backend_name << " -n " << options.world_size
-       << "`); without mpirun only --world-size 1 runs (asked for " << options.world_size << ")";
+       << "`mpirun -np " << options.world_size
+       << " PROGRAM ...` (or `./distlab run MODULE --backend " << backend_name << " -n "
+       << options.world_size << "`); without mpirun only --world-size 1 runs (asked for "
+       << options.world_size << ")";
     throw Error(os.str());
   }
 }
@@ -129,11 +130,16 @@ std::string encode_error(std::exception_ptr error, int rank) {
 void throw_notice(const std::string& notice) {
   const std::string message = notice.empty() ? std::string("unknown error") : notice.substr(1);
   switch (notice.empty() ? 'E' : notice[0]) {
-    case 'D': throw DeadlockError(message);
-    case 'T': throw TimeoutError(message);
-    case 'M': throw MismatchError(message);
-    case 'R': throw RankFailedError(message);
-    default: throw Error(message);
+    case 'D':
+      throw DeadlockError(message);
+    case 'T':
+      throw TimeoutError(message);
+    case 'M':
+      throw MismatchError(message);
+    case 'R':
+      throw RankFailedError(message);
+    default:
+      throw Error(message);
   }
 }
 
@@ -174,8 +180,8 @@ void MpiJob::poll_failures() {
   }
   const auto& [src, notice] = notices_.front();
   throw RankFailedError("rank " + std::to_string(rank_) + ": stopped because rank " +
-                        std::to_string(src) + " failed: " +
-                        (notice.empty() ? std::string() : notice.substr(1)));
+                        std::to_string(src) +
+                        " failed: " + (notice.empty() ? std::string() : notice.substr(1)));
 }
 
 void MpiJob::wait(MPI_Request& req, const std::string& what, MPI_Status* status) {

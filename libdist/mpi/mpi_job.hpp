@@ -102,7 +102,7 @@ class MpiJob {
   bool broken_ = false;
   std::vector<std::pair<int, std::string>> notices_;  // (source rank, notice) received so far
   std::vector<MPI_Request> notice_requests_;
-  std::string notice_out_;                            // the buffer our notices are sent from
+  std::string notice_out_;  // the buffer our notices are sent from
 };
 
 /// The end of a launch on an MPI job, the same for the MPI and NCCL engines: a rank whose body
@@ -132,8 +132,8 @@ class Backoff {
   unsigned spins_ = 0;
 };
 
-[[noreturn]] void throw_timeout(int rank, const std::string& what, std::chrono::milliseconds timeout,
-                                const char* backend_name);
+[[noreturn]] void throw_timeout(int rank, const std::string& what,
+                                std::chrono::milliseconds timeout, const char* backend_name);
 
 template <typename Done>
 void MpiJob::wait_until(Done&& done, const std::string& what) {

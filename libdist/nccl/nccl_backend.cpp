@@ -47,8 +47,8 @@ void NcclBackend::reduce(void* buf, std::size_t count, DataType type, ReduceOp o
   auto op = begin("reduce");
   const bool host = !is_device_pointer(buf);
   void* d = stage(*op, buf, count * size_of(type), true, rank_ == dst);
-  DIST_NCCL_CHECK(ncclReduce(d, d, count, nccl_type(type), effective_op(op_kind, host), dst,
-                             comm_, stream_));
+  DIST_NCCL_CHECK(
+      ncclReduce(d, d, count, nccl_type(type), effective_op(op_kind, host), dst, comm_, stream_));
   if (host && op_kind == ReduceOp::Avg && rank_ == dst) {
     op->after = [=, p = size_] { divide(buf, count, type, p); };
   }
@@ -82,12 +82,13 @@ void NcclBackend::gather(const void* in, void* out, std::size_t count, DataType 
   if (rank_ == dst) {
     auto* dout = static_cast<char*>(stage(*op, out, bytes * size_, false, true));
     if (bytes > 0) {
-      DIST_CUDA_CHECK(cudaMemcpyAsync(dout + bytes * rank_, din, bytes, cudaMemcpyDeviceToDevice,
-                                      stream_));
+      DIST_CUDA_CHECK(
+          cudaMemcpyAsync(dout + bytes * rank_, din, bytes, cudaMemcpyDeviceToDevice, stream_));
     }
     DIST_NCCL_CHECK(ncclGroupStart());
     for (int q = 0; q < size_; ++q) {
-      if (q != rank_) DIST_NCCL_CHECK(ncclRecv(dout + bytes * q, count, nccl_type(type), q, comm_, stream_));
+      if (q != rank_)
+        DIST_NCCL_CHECK(ncclRecv(dout + bytes * q, count, nccl_type(type), q, comm_, stream_));
     }
     DIST_NCCL_CHECK(ncclGroupEnd());
   } else {
@@ -114,14 +115,16 @@ void NcclBackend::scatter(const void* in, void* out, std::size_t count, DataType
   const std::size_t bytes = count * size_of(type);
   void* dout = stage(*op, out, bytes, false, true);
   if (rank_ == src) {
-    const auto* din = static_cast<const char*>(stage(*op, const_cast<void*>(in), bytes * size_, true, false));
+    const auto* din =
+        static_cast<const char*>(stage(*op, const_cast<void*>(in), bytes * size_, true, false));
     if (bytes > 0) {
-      DIST_CUDA_CHECK(cudaMemcpyAsync(dout, din + bytes * rank_, bytes, cudaMemcpyDeviceToDevice,
-                                      stream_));
+      DIST_CUDA_CHECK(
+          cudaMemcpyAsync(dout, din + bytes * rank_, bytes, cudaMemcpyDeviceToDevice, stream_));
     }
     DIST_NCCL_CHECK(ncclGroupStart());
     for (int q = 0; q < size_; ++q) {
-      if (q != rank_) DIST_NCCL_CHECK(ncclSend(din + bytes * q, count, nccl_type(type), q, comm_, stream_));
+      if (q != rank_)
+        DIST_NCCL_CHECK(ncclSend(din + bytes * q, count, nccl_type(type), q, comm_, stream_));
     }
     DIST_NCCL_CHECK(ncclGroupEnd());
   } else {
@@ -132,15 +135,15 @@ void NcclBackend::scatter(const void* in, void* out, std::size_t count, DataType
 }
 
 void NcclBackend::reduce_scatter(const void* in, void* out, std::size_t count, DataType type,
-                    ReduceOp op_kind) {
+                                 ReduceOp op_kind) {
   ++stats_.builtin_collectives;
   auto op = begin("reduce_scatter");
   const std::size_t bytes = count * size_of(type);
   const bool host = !is_device_pointer(out);
   void* din = stage(*op, const_cast<void*>(in), bytes * size_, true, false);
   void* dout = stage(*op, out, bytes, false, true);
-  DIST_NCCL_CHECK(ncclReduceScatter(din, dout, count, nccl_type(type),
-                                    effective_op(op_kind, host), comm_, stream_));
+  DIST_NCCL_CHECK(ncclReduceScatter(din, dout, count, nccl_type(type), effective_op(op_kind, host),
+                                    comm_, stream_));
   if (host && op_kind == ReduceOp::Avg) {
     op->after = [=, p = size_] { divide(out, count, type, p); };
   }

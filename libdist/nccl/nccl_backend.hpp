@@ -45,14 +45,16 @@
 
 namespace dist::detail::nccl {
 
-[[noreturn]] inline void throw_cuda_error(cudaError_t code, const char* call, const char* file, int line) {
+[[noreturn]] inline void throw_cuda_error(cudaError_t code, const char* call, const char* file,
+                                          int line) {
   std::ostringstream os;
   os << "CUDA call " << call << " failed: " << cudaGetErrorName(code) << ": "
      << cudaGetErrorString(code) << " (" << file << ":" << line << ")";
   throw Error(os.str());
 }
 
-[[noreturn]] inline void throw_nccl_error(ncclResult_t code, const char* call, const char* file, int line) {
+[[noreturn]] inline void throw_nccl_error(ncclResult_t code, const char* call, const char* file,
+                                          int line) {
   std::ostringstream os;
   os << "NCCL call " << call << " failed: " << ncclGetErrorString(code);
   const char* last = ncclGetLastError(nullptr);
@@ -61,39 +63,48 @@ namespace dist::detail::nccl {
   throw Error(os.str());
 }
 
-#define DIST_CUDA_CHECK(call)                                                 \
-  do {                                                                        \
-    const cudaError_t dist_cuda_rc_ = (call);                                 \
-    if (dist_cuda_rc_ != cudaSuccess) {                                       \
-      throw_cuda_error(dist_cuda_rc_, #call, __FILE__, __LINE__);             \
-    }                                                                         \
+#define DIST_CUDA_CHECK(call)                                     \
+  do {                                                            \
+    const cudaError_t dist_cuda_rc_ = (call);                     \
+    if (dist_cuda_rc_ != cudaSuccess) {                           \
+      throw_cuda_error(dist_cuda_rc_, #call, __FILE__, __LINE__); \
+    }                                                             \
   } while (0)
 
-#define DIST_NCCL_CHECK(call)                                                 \
-  do {                                                                        \
-    const ncclResult_t dist_nccl_rc_ = (call);                                \
-    if (dist_nccl_rc_ != ncclSuccess) {                                       \
-      throw_nccl_error(dist_nccl_rc_, #call, __FILE__, __LINE__);             \
-    }                                                                         \
+#define DIST_NCCL_CHECK(call)                                     \
+  do {                                                            \
+    const ncclResult_t dist_nccl_rc_ = (call);                    \
+    if (dist_nccl_rc_ != ncclSuccess) {                           \
+      throw_nccl_error(dist_nccl_rc_, #call, __FILE__, __LINE__); \
+    }                                                             \
   } while (0)
 
 inline ncclDataType_t nccl_type(DataType type) {
   switch (type) {
-    case DataType::Float32: return ncclFloat32;
-    case DataType::Float64: return ncclFloat64;
-    case DataType::Int32: return ncclInt32;
-    case DataType::Int64: return ncclInt64;
+    case DataType::Float32:
+      return ncclFloat32;
+    case DataType::Float64:
+      return ncclFloat64;
+    case DataType::Int32:
+      return ncclInt32;
+    case DataType::Int64:
+      return ncclInt64;
   }
   throw Error("nccl backend: unknown DataType");
 }
 
 inline ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Product: return ncclProd;
-    case ReduceOp::Min: return ncclMin;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Product:
+      return ncclProd;
+    case ReduceOp::Min:
+      return ncclMin;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Avg:
+      return ncclAvg;
   }
   throw Error("nccl backend: unknown ReduceOp");
 }

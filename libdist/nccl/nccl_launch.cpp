@@ -38,11 +38,13 @@ void launch_nccl(const LaunchOptions& options, const std::function<void()>& body
   int devices = 0;
   const cudaError_t rc = cudaGetDeviceCount(&devices);
   if (rc != cudaSuccess || devices == 0) {
-    std::string why = rc != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(rc)
-                                        : std::string("cudaGetDeviceCount found 0 devices");
+    std::string why = rc != cudaSuccess
+                          ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(rc)
+                          : std::string("cudaGetDeviceCount found 0 devices");
     cudaGetLastError();
-    throw Error("--backend nccl: no CUDA GPU visible (" + why +
-                "): run on a machine with an NVIDIA GPU and driver, or use --backend threads or mpi");
+    throw Error(
+        "--backend nccl: no CUDA GPU visible (" + why +
+        "): run on a machine with an NVIDIA GPU and driver, or use --backend threads or mpi");
   }
 
   int rank = 0, size = 1;
@@ -58,14 +60,16 @@ void launch_nccl(const LaunchOptions& options, const std::function<void()>& body
   }
 #else
   if (dist::started_by_mpirun()) {
-    throw Error("--backend nccl under mpirun needs the Open MPI backend too (it gives ranks and "
-                "broadcasts the NCCL id): install libopenmpi-dev, reconfigure and rebuild");
+    throw Error(
+        "--backend nccl under mpirun needs the Open MPI backend too (it gives ranks and "
+        "broadcasts the NCCL id): install libopenmpi-dev, reconfigure and rebuild");
   }
 #endif
   if (!dist::started_by_mpirun() && options.world_size != 1) {
-    throw Error("--backend nccl runs one rank per process and GPU, started by mpirun: run `mpirun -np " +
-                std::to_string(options.world_size) +
-                " PROGRAM --backend nccl ...`; without mpirun only --world-size 1 runs");
+    throw Error(
+        "--backend nccl runs one rank per process and GPU, started by mpirun: run `mpirun -np " +
+        std::to_string(options.world_size) +
+        " PROGRAM --backend nccl ...`; without mpirun only --world-size 1 runs");
   }
 
   DIST_CUDA_CHECK(cudaSetDevice(local_rank(rank) % devices));

@@ -141,8 +141,8 @@ void NcclBackend::complete(NcclOp& op) {
   try {
     for (const auto& s : op.staged) {
       if (s.host_out) {
-        DIST_CUDA_CHECK(cudaMemcpyAsync(s.host_out, s.device, s.bytes, cudaMemcpyDeviceToHost,
-                                        copy_stream_));
+        DIST_CUDA_CHECK(
+            cudaMemcpyAsync(s.host_out, s.device, s.bytes, cudaMemcpyDeviceToHost, copy_stream_));
       }
       DIST_CUDA_CHECK(cudaFreeAsync(s.device, copy_stream_));
     }
@@ -173,8 +173,8 @@ void NcclBackend::abort_comm() {
   aborted_ = true;
 }
 
-std::shared_ptr<NcclOp> NcclBackend::queue_p2p(bool is_send, void* buf, std::size_t count, DataType type,
-                                  int peer, const char* fn) {
+std::shared_ptr<NcclOp> NcclBackend::queue_p2p(bool is_send, void* buf, std::size_t count,
+                                               DataType type, int peer, const char* fn) {
   if (aborted_) {
     throw Error("rank " + std::to_string(rank_) + ": " + fn +
                 ": the NCCL communicator was aborted after an earlier failure");

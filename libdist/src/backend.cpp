@@ -13,7 +13,8 @@ bool started_by_mpirun() {
   // Open MPI; MPICH/Hydra and other PMI launchers; PMIx; Slurm's srun (SLURM_NTASKS alone is set
   // for a whole sbatch allocation, also where no srun started this process).
   static const bool started = [] {
-    for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_STEP_NUM_TASKS"}) {
+    for (const char* var :
+         {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_STEP_NUM_TASKS"}) {
       if (std::getenv(var) != nullptr) return true;
     }
     return false;
@@ -129,7 +130,8 @@ void count_message(Stats& stats, Direction direction, int peer, std::uint64_t by
 
 void check_work_in_launch(bool closed, const std::string& what) {
   if (closed) {
-    throw Error(what + ": Work used after dist::launch returned: wait on every Work inside the "
+    throw Error(what +
+                ": Work used after dist::launch returned: wait on every Work inside the "
                 "launch body");
   }
 }
@@ -143,10 +145,12 @@ void apply_op(void* inout, const void* in, std::size_t count, DataType type, Red
       apply_typed(static_cast<double*>(inout), static_cast<const double*>(in), count, op);
       break;
     case DataType::Int32:
-      apply_typed(static_cast<std::int32_t*>(inout), static_cast<const std::int32_t*>(in), count, op);
+      apply_typed(static_cast<std::int32_t*>(inout), static_cast<const std::int32_t*>(in), count,
+                  op);
       break;
     case DataType::Int64:
-      apply_typed(static_cast<std::int64_t*>(inout), static_cast<const std::int64_t*>(in), count, op);
+      apply_typed(static_cast<std::int64_t*>(inout), static_cast<const std::int64_t*>(in), count,
+                  op);
       break;
   }
 }
@@ -157,10 +161,18 @@ void divide(void* buf, std::size_t count, DataType type, int divisor) {
     for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(divisor));
   };
   switch (type) {
-    case DataType::Float32: run(static_cast<float*>(buf)); break;
-    case DataType::Float64: run(static_cast<double*>(buf)); break;
-    case DataType::Int32: run(static_cast<std::int32_t*>(buf)); break;
-    case DataType::Int64: run(static_cast<std::int64_t*>(buf)); break;
+    case DataType::Float32:
+      run(static_cast<float*>(buf));
+      break;
+    case DataType::Float64:
+      run(static_cast<double*>(buf));
+      break;
+    case DataType::Int32:
+      run(static_cast<std::int32_t*>(buf));
+      break;
+    case DataType::Int64:
+      run(static_cast<std::int64_t*>(buf));
+      break;
   }
 }
 

@@ -69,9 +69,9 @@ std::vector<BackendInfo> backend_info() {
         cudaDeviceProp prop{};
         if (cudaGetDeviceProperties(&prop, d) != cudaSuccess) continue;
         char line[320];
-        std::snprintf(line, sizeof line, "%d: %s, %.1f GiB, compute capability %d.%d", d,
-                      prop.name, static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024 * 1024),
-                      prop.major, prop.minor);
+        std::snprintf(line, sizeof line, "%d: %s, %.1f GiB, compute capability %d.%d", d, prop.name,
+                      static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024 * 1024), prop.major,
+                      prop.minor);
         n.devices.emplace_back(line);
       }
     }

@@ -8,10 +8,10 @@
 namespace dist::detail {
 
 struct BackendInfo {
-  std::string name;     // "threads", "mpi", "nccl"
-  bool built = false;   // compiled into this build
-  bool usable = false;  // built and able to run here (NCCL: a GPU is visible)
-  std::string detail;   // versions when built; why not otherwise
+  std::string name;                  // "threads", "mpi", "nccl"
+  bool built = false;                // compiled into this build
+  bool usable = false;               // built and able to run here (NCCL: a GPU is visible)
+  std::string detail;                // versions when built; why not otherwise
   std::vector<std::string> devices;  // NCCL: the GPUs seen ("0: NVIDIA H100 80GB HBM3, 79.1 GiB")
 };
 

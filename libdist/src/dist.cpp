@@ -11,40 +11,56 @@ namespace dist {
 
 const char* to_string(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Product: return "product";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Product:
+      return "product";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Avg:
+      return "avg";
   }
   return "?";
 }
 
 const char* to_string(Backend backend) {
   switch (backend) {
-    case Backend::Threads: return "threads";
-    case Backend::Mpi: return "mpi";
-    case Backend::Nccl: return "nccl";
+    case Backend::Threads:
+      return "threads";
+    case Backend::Mpi:
+      return "mpi";
+    case Backend::Nccl:
+      return "nccl";
   }
   return "?";
 }
 
 const char* to_string(DataType type) {
   switch (type) {
-    case DataType::Float32: return "float";
-    case DataType::Float64: return "double";
-    case DataType::Int32: return "int32";
-    case DataType::Int64: return "int64";
+    case DataType::Float32:
+      return "float";
+    case DataType::Float64:
+      return "double";
+    case DataType::Int32:
+      return "int32";
+    case DataType::Int64:
+      return "int64";
   }
   return "?";
 }
 
 std::size_t size_of(DataType type) {
   switch (type) {
-    case DataType::Float32: return 4;
-    case DataType::Float64: return 8;
-    case DataType::Int32: return 4;
-    case DataType::Int64: return 8;
+    case DataType::Float32:
+      return 4;
+    case DataType::Float64:
+      return 8;
+    case DataType::Int32:
+      return 4;
+    case DataType::Int64:
+      return 8;
   }
   return 0;
 }
@@ -68,14 +84,13 @@ NetworkModel NetworkModel::two_level(int ranks_per_node) {
                 std::to_string(ranks_per_node));
   }
   NetworkModel m;
-  m.latency_s = 1e-6;           // inside a node: NVLink/shared-memory-like
+  m.latency_s = 1e-6;  // inside a node: NVLink/shared-memory-like
   m.bandwidth_Bps = 100e9;
   m.ranks_per_node = ranks_per_node;
   m.inter_node_latency_s = 20e-6;  // between nodes: a 10 Gb/s Ethernet-like link
   m.inter_node_bandwidth_Bps = 1.25e9;
   return m;
 }
-
 
 // ---- launching ------------------------------------------------------------------------------
 
@@ -92,9 +107,15 @@ void launch(const LaunchOptions& options, const std::function<void()>& body) {
                 std::to_string(options.timeout.count()) + " ms");
   }
   switch (options.backend) {
-    case Backend::Threads: detail::launch_threads(options, body); return;
-    case Backend::Mpi: detail::launch_mpi(options, body); return;
-    case Backend::Nccl: detail::launch_nccl(options, body); return;
+    case Backend::Threads:
+      detail::launch_threads(options, body);
+      return;
+    case Backend::Mpi:
+      detail::launch_mpi(options, body);
+      return;
+    case Backend::Nccl:
+      detail::launch_nccl(options, body);
+      return;
   }
 }
 
@@ -124,16 +145,16 @@ void check_peer(const char* fn, const char* what, int peer) {
   auto& b = detail::current();
   if (peer < 0 || peer >= b.size()) {
     std::ostringstream os;
-    os << "rank " << b.rank() << ": " << fn << "(" << what << "=" << peer
-       << "): " << what << " must be a rank in [0, " << b.size() << ")";
+    os << "rank " << b.rank() << ": " << fn << "(" << what << "=" << peer << "): " << what
+       << " must be a rank in [0, " << b.size() << ")";
     throw Error(os.str());
   }
 }
 
 void check_tag(const char* fn, int tag) {
   if (tag < 0) {
-    throw Error("rank " + std::to_string(detail::current().rank()) + ": " + fn + "(tag=" +
-                std::to_string(tag) + "): tags must be >= 0");
+    throw Error("rank " + std::to_string(detail::current().rank()) + ": " + fn +
+                "(tag=" + std::to_string(tag) + "): tags must be >= 0");
   }
 }
 
@@ -149,10 +170,14 @@ void check_size(const char* fn, const char* buffer, std::size_t got, std::size_t
 
 template <typename T>
 constexpr DataType type_of() {
-  if constexpr (std::is_same_v<T, float>) return DataType::Float32;
-  else if constexpr (std::is_same_v<T, double>) return DataType::Float64;
-  else if constexpr (std::is_same_v<T, std::int32_t>) return DataType::Int32;
-  else return DataType::Int64;
+  if constexpr (std::is_same_v<T, float>)
+    return DataType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::Float64;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DataType::Int32;
+  else
+    return DataType::Int64;
 }
 
 }  // namespace
@@ -172,75 +197,75 @@ void sim_compute(double seconds, const char* label) {
 
 void sim_reduce(std::size_t bytes) { detail::current().sim_reduce(bytes); }
 
-#define DIST_DEFINE(T)                                                                        \
-  void send(std::span<const T> buf, int dst, int tag) {                                       \
-    check_peer("send", "dst", dst);                                                           \
-    check_tag("send", tag);                                                                   \
-    detail::current().send(buf.data(), buf.size(), type_of<T>(), dst, tag);                   \
-  }                                                                                           \
-  void recv(std::span<T> buf, int src, int tag) {                                             \
-    check_peer("recv", "src", src);                                                           \
-    check_tag("recv", tag);                                                                   \
-    detail::current().recv(buf.data(), buf.size(), type_of<T>(), src, tag);                   \
-  }                                                                                           \
-  Work isend(std::span<const T> buf, int dst, int tag) {                                      \
-    check_peer("isend", "dst", dst);                                                          \
-    check_tag("isend", tag);                                                                  \
-    return detail::current().isend(buf.data(), buf.size(), type_of<T>(), dst, tag);           \
-  }                                                                                           \
-  Work irecv(std::span<T> buf, int src, int tag) {                                            \
-    check_peer("irecv", "src", src);                                                          \
-    check_tag("irecv", tag);                                                                  \
-    return detail::current().irecv(buf.data(), buf.size(), type_of<T>(), src, tag);           \
-  }                                                                                           \
-  void broadcast(std::span<T> buf, int src) {                                                 \
-    check_peer("broadcast", "src", src);                                                      \
-    detail::current().broadcast(buf.data(), buf.size(), type_of<T>(), src);                   \
-  }                                                                                           \
-  void reduce(std::span<T> buf, int dst, ReduceOp op) {                                       \
-    check_peer("reduce", "dst", dst);                                                         \
-    detail::current().reduce(buf.data(), buf.size(), type_of<T>(), op, dst);                  \
-  }                                                                                           \
-  void all_reduce(std::span<T> buf, ReduceOp op) {                                            \
-    detail::current().all_reduce(buf.data(), buf.size(), type_of<T>(), op);                   \
-  }                                                                                           \
-  Work all_reduce_async(std::span<T> buf, ReduceOp op) {                                      \
-    return detail::current().all_reduce_async(buf.data(), buf.size(), type_of<T>(), op);      \
-  }                                                                                           \
-  void gather(std::span<const T> in, std::span<T> out, int dst) {                             \
-    check_peer("gather", "dst", dst);                                                         \
-    auto& b = detail::current();                                                              \
-    if (b.rank() == dst) {                                                                    \
-      check_size("gather", "out", out.size(), in.size() * b.size(), "world_size x in.size()"); \
-    }                                                                                         \
-    b.gather(in.data(), b.rank() == dst ? out.data() : nullptr, in.size(), type_of<T>(), dst); \
-  }                                                                                           \
-  void all_gather(std::span<const T> in, std::span<T> out) {                                  \
-    auto& b = detail::current();                                                              \
+#define DIST_DEFINE(T)                                                                           \
+  void send(std::span<const T> buf, int dst, int tag) {                                          \
+    check_peer("send", "dst", dst);                                                              \
+    check_tag("send", tag);                                                                      \
+    detail::current().send(buf.data(), buf.size(), type_of<T>(), dst, tag);                      \
+  }                                                                                              \
+  void recv(std::span<T> buf, int src, int tag) {                                                \
+    check_peer("recv", "src", src);                                                              \
+    check_tag("recv", tag);                                                                      \
+    detail::current().recv(buf.data(), buf.size(), type_of<T>(), src, tag);                      \
+  }                                                                                              \
+  Work isend(std::span<const T> buf, int dst, int tag) {                                         \
+    check_peer("isend", "dst", dst);                                                             \
+    check_tag("isend", tag);                                                                     \
+    return detail::current().isend(buf.data(), buf.size(), type_of<T>(), dst, tag);              \
+  }                                                                                              \
+  Work irecv(std::span<T> buf, int src, int tag) {                                               \
+    check_peer("irecv", "src", src);                                                             \
+    check_tag("irecv", tag);                                                                     \
+    return detail::current().irecv(buf.data(), buf.size(), type_of<T>(), src, tag);              \
+  }                                                                                              \
+  void broadcast(std::span<T> buf, int src) {                                                    \
+    check_peer("broadcast", "src", src);                                                         \
+    detail::current().broadcast(buf.data(), buf.size(), type_of<T>(), src);                      \
+  }                                                                                              \
+  void reduce(std::span<T> buf, int dst, ReduceOp op) {                                          \
+    check_peer("reduce", "dst", dst);                                                            \
+    detail::current().reduce(buf.data(), buf.size(), type_of<T>(), op, dst);                     \
+  }                                                                                              \
+  void all_reduce(std::span<T> buf, ReduceOp op) {                                               \
+    detail::current().all_reduce(buf.data(), buf.size(), type_of<T>(), op);                      \
+  }                                                                                              \
+  Work all_reduce_async(std::span<T> buf, ReduceOp op) {                                         \
+    return detail::current().all_reduce_async(buf.data(), buf.size(), type_of<T>(), op);         \
+  }                                                                                              \
+  void gather(std::span<const T> in, std::span<T> out, int dst) {                                \
+    check_peer("gather", "dst", dst);                                                            \
+    auto& b = detail::current();                                                                 \
+    if (b.rank() == dst) {                                                                       \
+      check_size("gather", "out", out.size(), in.size() * b.size(), "world_size x in.size()");   \
+    }                                                                                            \
+    b.gather(in.data(), b.rank() == dst ? out.data() : nullptr, in.size(), type_of<T>(), dst);   \
+  }                                                                                              \
+  void all_gather(std::span<const T> in, std::span<T> out) {                                     \
+    auto& b = detail::current();                                                                 \
     check_size("all_gather", "out", out.size(), in.size() * b.size(), "world_size x in.size()"); \
-    b.all_gather(in.data(), out.data(), in.size(), type_of<T>());                             \
-  }                                                                                           \
-  void scatter(std::span<const T> in, std::span<T> out, int src) {                            \
-    check_peer("scatter", "src", src);                                                        \
-    auto& b = detail::current();                                                              \
-    if (b.rank() == src) {                                                                    \
-      check_size("scatter", "in", in.size(), out.size() * b.size(), "world_size x out.size()"); \
-    }                                                                                         \
+    b.all_gather(in.data(), out.data(), in.size(), type_of<T>());                                \
+  }                                                                                              \
+  void scatter(std::span<const T> in, std::span<T> out, int src) {                               \
+    check_peer("scatter", "src", src);                                                           \
+    auto& b = detail::current();                                                                 \
+    if (b.rank() == src) {                                                                       \
+      check_size("scatter", "in", in.size(), out.size() * b.size(), "world_size x out.size()");  \
+    }                                                                                            \
     b.scatter(b.rank() == src ? in.data() : nullptr, out.data(), out.size(), type_of<T>(), src); \
-  }                                                                                           \
-  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {                 \
-    auto& b = detail::current();                                                              \
-    check_size("reduce_scatter", "in", in.size(), out.size() * b.size(),                      \
-               "world_size x out.size()");                                                    \
-    b.reduce_scatter(in.data(), out.data(), out.size(), type_of<T>(), op);                    \
-  }                                                                                           \
-  void reduce_into(std::span<T> inout, std::span<const T> in, ReduceOp op) {                  \
-    if (inout.size() != in.size()) {                                                          \
-      throw Error("reduce_into: inout has " + std::to_string(inout.size()) +                  \
-                  " elements but in has " + std::to_string(in.size()) + "; they must match"); \
-    }                                                                                         \
-    detail::apply_op(inout.data(), in.data(), in.size(), type_of<T>(), op);                   \
-    if (in_launch()) detail::current().sim_reduce(in.size_bytes());                           \
+  }                                                                                              \
+  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {                    \
+    auto& b = detail::current();                                                                 \
+    check_size("reduce_scatter", "in", in.size(), out.size() * b.size(),                         \
+               "world_size x out.size()");                                                       \
+    b.reduce_scatter(in.data(), out.data(), out.size(), type_of<T>(), op);                       \
+  }                                                                                              \
+  void reduce_into(std::span<T> inout, std::span<const T> in, ReduceOp op) {                     \
+    if (inout.size() != in.size()) {                                                             \
+      throw Error("reduce_into: inout has " + std::to_string(inout.size()) +                     \
+                  " elements but in has " + std::to_string(in.size()) + "; they must match");    \
+    }                                                                                            \
+    detail::apply_op(inout.data(), in.data(), in.size(), type_of<T>(), op);                      \
+    if (in_launch()) detail::current().sim_reduce(in.size_bytes());                              \
   }
 
 DIST_DEFINE(float)

@@ -92,7 +92,8 @@ std::string expect_error(const dist::LaunchOptions& o, const std::function<void(
   } catch (const std::exception& e) {
     ADD_FAILURE() << "launch threw the wrong type of error: " << e.what();
   }
-  if (seconds) *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (seconds)
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return msg;
 }
 
@@ -108,12 +109,11 @@ template <typename T>
     const double g = static_cast<double>(got[i]);
     const double w = static_cast<double>(want[i]);
     const double tol = abs_tol + rel_tol * std::abs(w);
-    const bool ok = (tol == 0.0) ? (g == w || (std::isnan(g) && std::isnan(w)))
-                                 : std::abs(g - w) <= tol;
+    const bool ok =
+        (tol == 0.0) ? (g == w || (std::isnan(g) && std::isnan(w))) : std::abs(g - w) <= tol;
     if (!ok) {
-      return ::testing::AssertionFailure()
-             << "first wrong element at index " << i << " of " << got.size() << ": got " << g
-             << ", expected " << w;
+      return ::testing::AssertionFailure() << "first wrong element at index " << i << " of "
+                                           << got.size() << ": got " << g << ", expected " << w;
     }
   }
   return ::testing::AssertionSuccess();
@@ -134,10 +134,18 @@ Acc fold_ranks(dist::ReduceOp op, int p, Value&& value) {
     const Acc x = static_cast<Acc>(value(r));
     switch (op) {
       case dist::ReduceOp::Sum:
-      case dist::ReduceOp::Avg: acc = static_cast<Acc>(acc + x); break;
-      case dist::ReduceOp::Product: acc = static_cast<Acc>(acc * x); break;
-      case dist::ReduceOp::Min: acc = std::min(acc, x); break;
-      case dist::ReduceOp::Max: acc = std::max(acc, x); break;
+      case dist::ReduceOp::Avg:
+        acc = static_cast<Acc>(acc + x);
+        break;
+      case dist::ReduceOp::Product:
+        acc = static_cast<Acc>(acc * x);
+        break;
+      case dist::ReduceOp::Min:
+        acc = std::min(acc, x);
+        break;
+      case dist::ReduceOp::Max:
+        acc = std::max(acc, x);
+        break;
     }
   }
   return acc;
@@ -150,7 +158,9 @@ std::string mismatch_text(std::span<const T> got, std::span<const T> want) {
   return r ? std::string() : std::string(r.message());
 }
 
-inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 /// Failures collected from the ranks (any thread), each naming its rank; check() reports them
 /// as test failures at the end of a test.

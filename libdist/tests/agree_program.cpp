@@ -41,7 +41,8 @@ void program() {
 
   // 1. A ring that accumulates: after p-1 steps every rank holds the sum of all ranks' vectors.
   std::vector<double> acc(6), token(6), incoming(6);
-  for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = token[i] = (r + 1) * 10.0 + static_cast<double>(i);
+  for (std::size_t i = 0; i < acc.size(); ++i)
+    acc[i] = token[i] = (r + 1) * 10.0 + static_cast<double>(i);
   dist::reset_stats();
   for (int step = 0; step + 1 < p; ++step) {
     auto w = dist::isend(std::span<const double>(token), right, step);
@@ -93,11 +94,10 @@ void program() {
   report("sgd_weights", w);
 
   // 4. The ring's point-to-point traffic counters.
-  report("p2p_counts",
-         std::vector<std::int64_t>{static_cast<std::int64_t>(s.messages_sent),
-                                   static_cast<std::int64_t>(s.bytes_sent),
-                                   static_cast<std::int64_t>(s.messages_received),
-                                   static_cast<std::int64_t>(s.bytes_received)});
+  report("p2p_counts", std::vector<std::int64_t>{static_cast<std::int64_t>(s.messages_sent),
+                                                 static_cast<std::int64_t>(s.bytes_sent),
+                                                 static_cast<std::int64_t>(s.messages_received),
+                                                 static_cast<std::int64_t>(s.bytes_received)});
   if (r == 0) std::printf("world_size: %d\n", p);
 }
 

@@ -17,9 +17,9 @@ using namespace distlab::testing;
 
 namespace {
 
-constexpr double kAlpha = 1e-6;  // s per message
-constexpr double kBw = 1e9;      // bytes/s: 1000 bytes take 1e-6 s
-constexpr double kGammaBw = 2e9; // reduction bytes/s
+constexpr double kAlpha = 1e-6;   // s per message
+constexpr double kBw = 1e9;       // bytes/s: 1000 bytes take 1e-6 s
+constexpr double kGammaBw = 2e9;  // reduction bytes/s
 
 dist::LaunchOptions clock_opts(int p, double reduce_Bps = 0) {
   auto o = threads_options(p);
@@ -41,7 +41,8 @@ std::vector<double> final_times(const dist::LaunchOptions& o, const std::functio
 
 double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
-#define EXPECT_TIME(got, want) EXPECT_NEAR((got), (want), 1e-12 * std::max(1.0, std::abs(want) * 1e6))
+#define EXPECT_TIME(got, want) \
+  EXPECT_NEAR((got), (want), 1e-12 * std::max(1.0, std::abs(want) * 1e6))
 
 TEST(Clock, OneMessage) {
   const auto t = final_times(clock_opts(2), [] {
@@ -109,7 +110,8 @@ TEST(Clock, IncomingLinkSerialisesInTheOrderRecvsComplete) {
 
 TEST(Clock, TwoLevelNetwork) {
   auto o = threads_options(4);
-  o.network = dist::NetworkModel::two_level(2);  // inside: 1 us + b/100e9; between: 20 us + b/1.25e9
+  o.network =
+      dist::NetworkModel::two_level(2);  // inside: 1 us + b/100e9; between: 20 us + b/1.25e9
   const auto t = final_times(o, [] {
     std::vector<float> x(2500);  // 10000 bytes
     if (dist::rank() == 0) {
@@ -177,7 +179,9 @@ void ring_all_reduce(std::span<float> buf) {
   const int p = dist::world_size(), r = dist::rank();
   const std::size_t chunk = buf.size() / static_cast<std::size_t>(p);
   std::vector<float> tmp(chunk);
-  auto at = [&](int c) { return buf.subspan(static_cast<std::size_t>((c % p + p) % p) * chunk, chunk); };
+  auto at = [&](int c) {
+    return buf.subspan(static_cast<std::size_t>((c % p + p) % p) * chunk, chunk);
+  };
   for (int s = 0; s < p - 1; ++s) {
     dist::Work w = dist::isend(std::span<const float>(at(r - s - 1)), (r + 1) % p);
     dist::recv(std::span<float>(tmp), (r + p - 1) % p);
@@ -197,13 +201,15 @@ TEST(ClosedForms, RingAllReduceWithSendRecvEqualsTheBuiltIn) {
     const double bytes = 4.0 * static_cast<double>(n);
     const double want = 2 * (p - 1) * (kAlpha + bytes / p / kBw) + (p - 1) * (bytes / p / kGammaBw);
     std::vector<double> student(static_cast<std::size_t>(p)), builtin(static_cast<std::size_t>(p));
-    std::vector<dist::Stats> s_student(static_cast<std::size_t>(p)), s_builtin(static_cast<std::size_t>(p));
+    std::vector<dist::Stats> s_student(static_cast<std::size_t>(p)),
+        s_builtin(static_cast<std::size_t>(p));
     RankLog failures;
     run_ranks(clock_opts(p, kGammaBw), [&] {
       const auto r = static_cast<std::size_t>(dist::rank());
       std::vector<float> v(n, static_cast<float>(r + 1));
       ring_all_reduce(v);
-      if (v[n - 1] != static_cast<float>(p * (p + 1) / 2)) failures.fail(dist::rank(), "student ring wrong");
+      if (v[n - 1] != static_cast<float>(p * (p + 1) / 2))
+        failures.fail(dist::rank(), "student ring wrong");
       student[r] = dist::sim_time();
       s_student[r] = dist::stats();
       dist::barrier();
@@ -219,7 +225,8 @@ TEST(ClosedForms, RingAllReduceWithSendRecvEqualsTheBuiltIn) {
       EXPECT_TIME(student[ur], want) << "p=" << p << " rank " << r;
       EXPECT_TIME(builtin[ur], want) << "p=" << p << " rank " << r;
       EXPECT_EQ(s_student[ur].bytes_sent_to, s_builtin[ur].bytes_sent_to) << "p=" << p;
-      EXPECT_EQ(s_student[ur].messages_received_from, s_builtin[ur].messages_received_from) << "p=" << p;
+      EXPECT_EQ(s_student[ur].messages_received_from, s_builtin[ur].messages_received_from)
+          << "p=" << p;
     }
   }
 }
@@ -238,7 +245,8 @@ TEST(ClosedForms, BuiltinCollectivesChargeTheirDocumentedCosts) {
     const double lg = std::log2(p);
     auto time_of = [&](const std::function<void()>& body) {
       return final_times(clock_opts(p, kGammaBw), [&] {
-        dist::sim_compute(dist::rank() * 1e-6);  // start times differ: the collective starts at the max
+        dist::sim_compute(dist::rank() *
+                          1e-6);  // start times differ: the collective starts at the max
         body();
       });
     };
@@ -258,7 +266,10 @@ TEST(ClosedForms, BuiltinCollectivesChargeTheirDocumentedCosts) {
       dist::all_reduce(std::span<float>(x));
     });
     const double total = nb * p;
-    for (double ti : t) EXPECT_TIME(ti, start + 2 * (p - 1) * (kAlpha + total / p / kBw) + (p - 1) * total / p / kGammaBw) << "all_reduce p=" << p;
+    for (double ti : t)
+      EXPECT_TIME(ti,
+                  start + 2 * (p - 1) * (kAlpha + total / p / kBw) + (p - 1) * total / p / kGammaBw)
+          << "all_reduce p=" << p;
     t = time_of([&] {
       std::vector<float> in(n), out(n * static_cast<std::size_t>(p));
       dist::gather(std::span<const float>(in), std::span<float>(out), 0);
@@ -273,12 +284,15 @@ TEST(ClosedForms, BuiltinCollectivesChargeTheirDocumentedCosts) {
       std::vector<float> in(n), out(n * static_cast<std::size_t>(p));
       dist::all_gather(std::span<const float>(in), std::span<float>(out));
     });
-    for (double ti : t) EXPECT_TIME(ti, start + (p - 1) * (kAlpha + nb / kBw)) << "all_gather p=" << p;
+    for (double ti : t)
+      EXPECT_TIME(ti, start + (p - 1) * (kAlpha + nb / kBw)) << "all_gather p=" << p;
     t = time_of([&] {
       std::vector<float> in(n * static_cast<std::size_t>(p)), out(n);
       dist::reduce_scatter(std::span<const float>(in), std::span<float>(out));
     });
-    for (double ti : t) EXPECT_TIME(ti, start + (p - 1) * (kAlpha + nb / kBw + nb / kGammaBw)) << "reduce_scatter p=" << p;
+    for (double ti : t)
+      EXPECT_TIME(ti, start + (p - 1) * (kAlpha + nb / kBw + nb / kGammaBw))
+          << "reduce_scatter p=" << p;
   }
 }
 
@@ -307,10 +321,14 @@ std::vector<double> irregular_program_times() {
     std::vector<dist::Work> works;
     for (int k = 1; k < p; ++k) {
       out.emplace_back(static_cast<std::size_t>(100 * ((r + k) % 4 + 1)), 1.f);
-      in.emplace_back(static_cast<std::size_t>(100 * (((r - k + p) % p + k) % 4 + 1)));  // what (r-k) sends
+      in.emplace_back(
+          static_cast<std::size_t>(100 * (((r - k + p) % p + k) % 4 + 1)));  // what (r-k) sends
     }
-    for (int k = 1; k < p; ++k) works.push_back(dist::isend(std::span<const float>(out[static_cast<std::size_t>(k - 1)]), (r + k) % p, k));
-    for (int k = p - 1; k >= 1; --k) dist::recv(std::span<float>(in[static_cast<std::size_t>(k - 1)]), (r - k + p) % p, k);
+    for (int k = 1; k < p; ++k)
+      works.push_back(dist::isend(std::span<const float>(out[static_cast<std::size_t>(k - 1)]),
+                                  (r + k) % p, k));
+    for (int k = p - 1; k >= 1; --k)
+      dist::recv(std::span<float>(in[static_cast<std::size_t>(k - 1)]), (r - k + p) % p, k);
     dist::wait_all(works);
     dist::sim_compute(1e-6 * r);
     std::vector<float> v(1234, 1.f);
@@ -334,7 +352,8 @@ TEST(Determinism, BitIdenticalTimesAcrossRuns) {
 }
 
 TEST(Trace, ValidChromeTraceWithOneTrackPerRank) {
-  const auto path = std::filesystem::temp_directory_path() / ("fake_dist_trace_" + std::to_string(::getpid()) + ".json");
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("fake_dist_trace_" + std::to_string(::getpid()) + ".json");
   auto o = clock_opts(3);
   o.trace_path = path.string();
   run_ranks(o, [] {
@@ -357,19 +376,22 @@ TEST(Trace, ValidChromeTraceWithOneTrackPerRank) {
   for (const auto& ev : doc["traceEvents"]) {
     if (ev["ph"] == "M" && ev["name"] == "thread_name") tracks.insert(ev["tid"].get<int>());
     if (ev["ph"] == "X") {
-      names.insert(ev["name"].get<std::string>().substr(0, ev["name"].get<std::string>().find('(')));
+      names.insert(
+          ev["name"].get<std::string>().substr(0, ev["name"].get<std::string>().find('(')));
       ++spans_per_rank[ev["tid"].get<int>()];
       EXPECT_GE(ev["dur"].get<double>(), 0.0);
       EXPECT_GE(ev["ts"].get<double>(), 0.0);
     }
   }
   EXPECT_EQ(tracks, (std::set<int>{0, 1, 2}));
-  for (const char* n : {"send", "recv", "forward", "all_reduce", "barrier"}) EXPECT_TRUE(names.count(n)) << n;
+  for (const char* n : {"send", "recv", "forward", "all_reduce", "barrier"})
+    EXPECT_TRUE(names.count(n)) << n;
   EXPECT_EQ(spans_per_rank[2], 3);  // forward, all_reduce, barrier
 }
 
 TEST(Trace, WrittenAlsoWhenLaunchFails) {
-  const auto path = std::filesystem::temp_directory_path() / ("fake_dist_trace_fail_" + std::to_string(::getpid()) + ".json");
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("fake_dist_trace_fail_" + std::to_string(::getpid()) + ".json");
   auto o = clock_opts(2);
   o.trace_path = path.string();
   expect_error<dist::DeadlockError>(o, [] {

@@ -12,18 +12,35 @@ using namespace distlab::testing;
 
 namespace {
 
-enum class Kind { Broadcast, Reduce, AllReduce, AllReduceAsync, Gather, AllGather, Scatter, ReduceScatter };
+enum class Kind {
+  Broadcast,
+  Reduce,
+  AllReduce,
+  AllReduceAsync,
+  Gather,
+  AllGather,
+  Scatter,
+  ReduceScatter
+};
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::Broadcast: return "broadcast";
-    case Kind::Reduce: return "reduce";
-    case Kind::AllReduce: return "all_reduce";
-    case Kind::AllReduceAsync: return "all_reduce_async";
-    case Kind::Gather: return "gather";
-    case Kind::AllGather: return "all_gather";
-    case Kind::Scatter: return "scatter";
-    case Kind::ReduceScatter: return "reduce_scatter";
+    case Kind::Broadcast:
+      return "broadcast";
+    case Kind::Reduce:
+      return "reduce";
+    case Kind::AllReduce:
+      return "all_reduce";
+    case Kind::AllReduceAsync:
+      return "all_reduce_async";
+    case Kind::Gather:
+      return "gather";
+    case Kind::AllGather:
+      return "all_gather";
+    case Kind::Scatter:
+      return "scatter";
+    case Kind::ReduceScatter:
+      return "reduce_scatter";
   }
   return "?";
 }
@@ -31,7 +48,8 @@ const char* kind_name(Kind k) {
 // The value rank r holds at global index i (small integers: every closed form below is exact).
 template <typename T>
 T value(int r, std::size_t i, dist::ReduceOp op) {
-  if (op == dist::ReduceOp::Product) return static_cast<T>((static_cast<std::size_t>(r) + i) % 7 == 0 ? 2 : 1);
+  if (op == dist::ReduceOp::Product)
+    return static_cast<T>((static_cast<std::size_t>(r) + i) % 7 == 0 ? 2 : 1);
   return static_cast<T>(static_cast<long>((static_cast<std::size_t>(r) * 5 + i * 3) % 17) - 8);
 }
 
@@ -83,7 +101,8 @@ std::string run_and_check(Kind kind, std::size_t count, dist::ReduceOp op) {
         w.wait();  // waiting twice is fine
       }
       for (std::size_t i = 0; i < count; ++i) {
-        want.push_back(kind == Kind::Reduce && r != root ? value<T>(r, i, op) : reduced<T>(p, i, op));
+        want.push_back(kind == Kind::Reduce && r != root ? value<T>(r, i, op)
+                                                         : reduced<T>(p, i, op));
       }
       break;
     }
@@ -127,7 +146,8 @@ std::string run_and_check(Kind kind, std::size_t count, dist::ReduceOp op) {
       for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<T>(r, i, op);
       got.assign(b, junk);
       dist::reduce_scatter(std::span<const T>(in), std::span<T>(got), op);
-      for (std::size_t i = 0; i < b; ++i) want.push_back(reduced<T>(p, static_cast<std::size_t>(r) * b + i, op));
+      for (std::size_t i = 0; i < b; ++i)
+        want.push_back(reduced<T>(p, static_cast<std::size_t>(r) * b + i, op));
       break;
     }
   }
@@ -144,21 +164,25 @@ TEST_P(Collective, MatchesClosedFormTwice) {
   run_ranks(threads_options(p), [&, kind = kind, count = count] {
     for (int round = 0; round < 2; ++round) {
       const std::string err = run_and_check<float>(kind, count, dist::ReduceOp::Sum);
-      if (!err.empty()) failures.fail(dist::rank(), std::string(kind_name(kind)) + " run " + std::to_string(round + 1) + ": " + err);
+      if (!err.empty())
+        failures.fail(dist::rank(), std::string(kind_name(kind)) + " run " +
+                                        std::to_string(round + 1) + ": " + err);
     }
     const auto s = dist::stats();
-    if (s.builtin_collectives != 2) failures.fail(dist::rank(), "builtin_collectives = " + std::to_string(s.builtin_collectives));
+    if (s.builtin_collectives != 2)
+      failures.fail(dist::rank(), "builtin_collectives = " + std::to_string(s.builtin_collectives));
   });
   failures.check();
 }
 
 INSTANTIATE_TEST_SUITE_P(
     AllSizes, Collective,
-    ::testing::Combine(::testing::Values(Kind::Broadcast, Kind::Reduce, Kind::AllReduce, Kind::AllReduceAsync,
-                                         Kind::Gather, Kind::AllGather, Kind::Scatter, Kind::ReduceScatter),
+    ::testing::Combine(::testing::Values(Kind::Broadcast, Kind::Reduce, Kind::AllReduce,
+                                         Kind::AllReduceAsync, Kind::Gather, Kind::AllGather,
+                                         Kind::Scatter, Kind::ReduceScatter),
                        ::testing::Values(1, 2, 3, 4, 5, 8, 64),
-                       ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
-                                         std::size_t{65536})),
+                       ::testing::Values(std::size_t{0}, std::size_t{1}, std::size_t{7},
+                                         std::size_t{1000}, std::size_t{65536})),
     [](const ::testing::TestParamInfo<Param>& param_info) {
       const auto& v = param_info.param;
       return std::string(kind_name(std::get<0>(v))) + "_p" + std::to_string(std::get<1>(v)) + "_n" +
@@ -180,12 +204,14 @@ TYPED_TEST(TypedOps, ReductionsMatchClosedForms) {
     RankLog failures;
     run_ranks(threads_options(p), [&] {
       for (dist::ReduceOp op : ops) {
-        for (Kind kind : {Kind::AllReduce, Kind::AllReduceAsync, Kind::Reduce, Kind::ReduceScatter}) {
+        for (Kind kind :
+             {Kind::AllReduce, Kind::AllReduceAsync, Kind::Reduce, Kind::ReduceScatter}) {
           for (std::size_t count : {std::size_t{7}, std::size_t{1000}}) {
             const std::string err = run_and_check<T>(kind, count, op);
             if (!err.empty()) {
-              failures.fail(dist::rank(), std::string(kind_name(kind)) + "(" + dist::to_string(op) + ", p=" +
-                                             std::to_string(p) + ", n=" + std::to_string(count) + "): " + err);
+              failures.fail(dist::rank(), std::string(kind_name(kind)) + "(" + dist::to_string(op) +
+                                              ", p=" + std::to_string(p) +
+                                              ", n=" + std::to_string(count) + "): " + err);
             }
           }
         }
@@ -216,9 +242,11 @@ TEST(InPlace, AllGatherWithInputInsideOutput) {
       const int r = dist::rank();
       const std::size_t b = 9;
       std::vector<float> buf(b * static_cast<std::size_t>(p), -1.f);
-      for (std::size_t i = 0; i < b; ++i) buf[static_cast<std::size_t>(r) * b + i] = value<float>(r, i, dist::ReduceOp::Sum);
+      for (std::size_t i = 0; i < b; ++i)
+        buf[static_cast<std::size_t>(r) * b + i] = value<float>(r, i, dist::ReduceOp::Sum);
       std::span<float> out(buf);
-      dist::all_gather(std::span<const float>(out.subspan(static_cast<std::size_t>(r) * b, b)), out);
+      dist::all_gather(std::span<const float>(out.subspan(static_cast<std::size_t>(r) * b, b)),
+                       out);
       std::vector<float> want;
       for (int q = 0; q < p; ++q) {
         for (std::size_t i = 0; i < b; ++i) want.push_back(value<float>(q, i, dist::ReduceOp::Sum));
@@ -237,13 +265,17 @@ TEST(InPlace, ReduceScatterWithOutputInsideInput) {
       const int r = dist::rank();
       const std::size_t b = 11;
       std::vector<std::int32_t> buf(b * static_cast<std::size_t>(p));
-      for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = value<std::int32_t>(r, i, dist::ReduceOp::Sum);
+      for (std::size_t i = 0; i < buf.size(); ++i)
+        buf[i] = value<std::int32_t>(r, i, dist::ReduceOp::Sum);
       std::span<std::int32_t> all(buf);
       auto mine = all.subspan(static_cast<std::size_t>(r) * b, b);
       dist::reduce_scatter(std::span<const std::int32_t>(all), mine, dist::ReduceOp::Sum);
       std::vector<std::int32_t> want;
-      for (std::size_t i = 0; i < b; ++i) want.push_back(reduced<std::int32_t>(p, static_cast<std::size_t>(r) * b + i, dist::ReduceOp::Sum));
-      const auto err = mismatch_text(std::span<const std::int32_t>(mine), std::span<const std::int32_t>(want));
+      for (std::size_t i = 0; i < b; ++i)
+        want.push_back(
+            reduced<std::int32_t>(p, static_cast<std::size_t>(r) * b + i, dist::ReduceOp::Sum));
+      const auto err =
+          mismatch_text(std::span<const std::int32_t>(mine), std::span<const std::int32_t>(want));
       if (!err.empty()) failures.fail(r, err);
     });
     failures.check();
@@ -270,7 +302,8 @@ TEST(InPlace, GatherAndScatterAtTheRoot) {
     if (r == root) {
       std::vector<double> want;
       for (int q = 0; q < 4; ++q) {
-        for (std::size_t i = 0; i < b; ++i) want.push_back(value<double>(q, i, dist::ReduceOp::Sum));
+        for (std::size_t i = 0; i < b; ++i)
+          want.push_back(value<double>(q, i, dist::ReduceOp::Sum));
       }
       const auto err = mismatch_text(std::span<const double>(out), std::span<const double>(want));
       if (!err.empty()) failures.fail(r, "gather: " + err);
@@ -283,7 +316,8 @@ TEST(InPlace, GatherAndScatterAtTheRoot) {
       std::span<double> a(all);
       dist::scatter(std::span<const double>(a), a.subspan(root * b, b), root);
       for (std::size_t i = 0; i < b; ++i) {
-        if (all[root * b + i] != static_cast<double>(root * b + i)) failures.fail(r, "scatter in place changed the root's slot");
+        if (all[root * b + i] != static_cast<double>(root * b + i))
+          failures.fail(r, "scatter in place changed the root's slot");
       }
     } else {
       dist::scatter(std::span<const double>(all), std::span<double>(mine), root);

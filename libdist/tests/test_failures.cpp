@@ -17,11 +17,14 @@ constexpr double kFast = 2.0;  // seconds
 
 TEST(Deadlock, BothSidesSendFirst) {
   double secs = 0;
-  const std::string msg = expect_error<dist::DeadlockError>(threads_options(2, kLongTimeoutMs), [] {
-    std::vector<float> x(16), y(16);
-    dist::send(std::span<const float>(x), 1 - dist::rank());
-    dist::recv(std::span<float>(y), 1 - dist::rank());
-  }, &secs);
+  const std::string msg = expect_error<dist::DeadlockError>(
+      threads_options(2, kLongTimeoutMs),
+      [] {
+        std::vector<float> x(16), y(16);
+        dist::send(std::span<const float>(x), 1 - dist::rank());
+        dist::recv(std::span<float>(y), 1 - dist::rank());
+      },
+      &secs);
   EXPECT_LT(secs, kFast);
   EXPECT_TRUE(contains(msg, "deadlock")) << msg;
   EXPECT_TRUE(contains(msg, "rank 0 blocked in send(dst=1, tag=0, 16 floats)")) << msg;
@@ -32,10 +35,13 @@ TEST(Deadlock, BothSidesSendFirst) {
 
 TEST(Deadlock, CollectiveOnlySomeRanksCall) {
   double secs = 0;
-  const std::string msg = expect_error<dist::DeadlockError>(threads_options(3, kLongTimeoutMs), [] {
-    std::vector<double> v(8, 1.0);
-    if (dist::rank() != 1) dist::all_reduce(std::span<double>(v));
-  }, &secs);
+  const std::string msg = expect_error<dist::DeadlockError>(
+      threads_options(3, kLongTimeoutMs),
+      [] {
+        std::vector<double> v(8, 1.0);
+        if (dist::rank() != 1) dist::all_reduce(std::span<double>(v));
+      },
+      &secs);
   EXPECT_LT(secs, kFast);
   EXPECT_TRUE(contains(msg, "rank 0 blocked in all_reduce(8 doubles, sum)")) << msg;
   EXPECT_TRUE(contains(msg, "rank 1 finished")) << msg;
@@ -44,14 +50,17 @@ TEST(Deadlock, CollectiveOnlySomeRanksCall) {
 
 TEST(Deadlock, CollectiveAgainstPointToPoint) {
   double secs = 0;
-  const std::string msg = expect_error<dist::DeadlockError>(threads_options(2, kLongTimeoutMs), [] {
-    std::vector<float> v(4);
-    if (dist::rank() == 0) {
-      dist::barrier();
-    } else {
-      dist::recv(std::span<float>(v), 0);
-    }
-  }, &secs);
+  const std::string msg = expect_error<dist::DeadlockError>(
+      threads_options(2, kLongTimeoutMs),
+      [] {
+        std::vector<float> v(4);
+        if (dist::rank() == 0) {
+          dist::barrier();
+        } else {
+          dist::recv(std::span<float>(v), 0);
+        }
+      },
+      &secs);
   EXPECT_LT(secs, kFast);
   EXPECT_TRUE(contains(msg, "rank 0 blocked in barrier()")) << msg;
   EXPECT_TRUE(contains(msg, "rank 1 blocked in recv(src=0, tag=0, 4 floats)")) << msg;
@@ -93,16 +102,21 @@ TEST(Deadlock, ReportedWithinASecondOfTheLastRankBlocking) {
   // Rank 1 blocks 300 ms after rank 0; the report must follow quickly.
   std::chrono::steady_clock::time_point last_block;
   double secs = 0;
-  expect_error<dist::DeadlockError>(threads_options(2, kLongTimeoutMs), [&] {
-    std::vector<float> x(1);
-    if (dist::rank() == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      last_block = std::chrono::steady_clock::now();
-    }
-    dist::recv(std::span<float>(x), 1 - dist::rank());
-  }, &secs);
-  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_block).count();
-  std::printf("deadlock reported %.3f ms after the last rank blocked (launch included)\n", after * 1e3);
+  expect_error<dist::DeadlockError>(
+      threads_options(2, kLongTimeoutMs),
+      [&] {
+        std::vector<float> x(1);
+        if (dist::rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          last_block = std::chrono::steady_clock::now();
+        }
+        dist::recv(std::span<float>(x), 1 - dist::rank());
+      },
+      &secs);
+  const double after =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - last_block).count();
+  std::printf("deadlock reported %.3f ms after the last rank blocked (launch included)\n",
+              after * 1e3);
   EXPECT_LT(after, 1.0);
 }
 
@@ -172,7 +186,8 @@ TEST(Mismatch, CollectiveRootsAndOps) {
   EXPECT_TRUE(contains(msg, "src=0") && contains(msg, "src=1")) << msg;
   msg = expect_error<dist::MismatchError>(threads_options(2), [] {
     std::vector<int> v(3);
-    dist::all_reduce(std::span<int>(v), dist::rank() == 0 ? dist::ReduceOp::Sum : dist::ReduceOp::Max);
+    dist::all_reduce(std::span<int>(v),
+                     dist::rank() == 0 ? dist::ReduceOp::Sum : dist::ReduceOp::Max);
   });
   EXPECT_TRUE(contains(msg, "sum") && contains(msg, "max")) << msg;
 }
@@ -182,18 +197,21 @@ TEST(Exceptions, FirstErrorIsRethrownAndOthersAreWoken) {
   std::string woken_msg;
   std::mutex mu;
   double secs = 0;
-  const std::string msg = expect_error<dist::Error>(threads_options(4, kLongTimeoutMs), [&] {
-    try {
-      if (dist::rank() == 2) throw std::runtime_error("boom");
-      std::vector<float> v(4);
-      dist::all_reduce(std::span<float>(v));
-    } catch (const dist::RankFailedError& e) {
-      ++woken;
-      std::lock_guard<std::mutex> g(mu);
-      woken_msg = e.what();
-      throw;
-    }
-  }, &secs);
+  const std::string msg = expect_error<dist::Error>(
+      threads_options(4, kLongTimeoutMs),
+      [&] {
+        try {
+          if (dist::rank() == 2) throw std::runtime_error("boom");
+          std::vector<float> v(4);
+          dist::all_reduce(std::span<float>(v));
+        } catch (const dist::RankFailedError& e) {
+          ++woken;
+          std::lock_guard<std::mutex> g(mu);
+          woken_msg = e.what();
+          throw;
+        }
+      },
+      &secs);
   EXPECT_LT(secs, kFast);
   EXPECT_EQ(msg, "rank 2: boom");
   EXPECT_EQ(woken.load(), 3);
@@ -270,15 +288,18 @@ TEST(Exceptions, UnwaitedWorkAtTheEndIsAnError) {
 
 TEST(Timeout, RankStuckInItsOwnCode) {
   double secs = 0;
-  const std::string msg = expect_error<dist::TimeoutError>(threads_options(2, 300), [] {
-    std::vector<float> v(4);
-    if (dist::rank() == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      dist::send(std::span<const float>(v), 0);
-    } else {
-      dist::recv(std::span<float>(v), 1);
-    }
-  }, &secs);
+  const std::string msg = expect_error<dist::TimeoutError>(
+      threads_options(2, 300),
+      [] {
+        std::vector<float> v(4);
+        if (dist::rank() == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          dist::send(std::span<const float>(v), 0);
+        } else {
+          dist::recv(std::span<float>(v), 1);
+        }
+      },
+      &secs);
   EXPECT_LT(secs, 5.0);
   EXPECT_TRUE(contains(msg, "rank 0")) << msg;
   EXPECT_TRUE(contains(msg, "recv(src=1, tag=0, 4 floats)")) << msg;
@@ -287,15 +308,19 @@ TEST(Timeout, RankStuckInItsOwnCode) {
 
 TEST(Timeout, PollingIsCompletedForever) {
   double secs = 0;
-  const std::string msg = expect_error<dist::TimeoutError>(threads_options(2, 300), [] {
-    std::vector<float> v(2);
-    if (dist::rank() == 0) {
-      dist::Work w = dist::irecv(std::span<float>(v), 1, 9);
-      while (!w.is_completed()) std::this_thread::yield();
-    }
-  }, &secs);
+  const std::string msg = expect_error<dist::TimeoutError>(
+      threads_options(2, 300),
+      [] {
+        std::vector<float> v(2);
+        if (dist::rank() == 0) {
+          dist::Work w = dist::irecv(std::span<float>(v), 1, 9);
+          while (!w.is_completed()) std::this_thread::yield();
+        }
+      },
+      &secs);
   EXPECT_LT(secs, 5.0);
-  EXPECT_TRUE(contains(msg, "rank 0 polled is_completed() on irecv(src=1, tag=9, 2 floats)")) << msg;
+  EXPECT_TRUE(contains(msg, "rank 0 polled is_completed() on irecv(src=1, tag=9, 2 floats)"))
+      << msg;
 }
 
 TEST(BadArguments, WorldSizeBelowOne) {

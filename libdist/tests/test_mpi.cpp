@@ -270,7 +270,8 @@ TYPED_TEST(MpiTyped, GatherScatterAllGatherReduceScatter) {
         dist::reduce_scatter(std::span<const T>(in), std::span<T>(out), op);
         std::vector<T> want(n);
         for (std::size_t i = 0; i < n; ++i) want[i] = expected<T>(op, p, i + r);
-        EXPECT_TRUE(elements_near(out, want)) << "reduce_scatter " << to_string(op) << " count " << n;
+        EXPECT_TRUE(elements_near(out, want))
+            << "reduce_scatter " << to_string(op) << " count " << n;
       }
     }
   });
@@ -404,8 +405,9 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   explicit RankFailurePrinter(int rank) : rank_(rank) {}
   void OnTestPartResult(const ::testing::TestPartResult& result) override {
     if (result.failed()) {
-      std::printf("[rank %d] %s:%d: Failure\n%s\n", rank_, result.file_name() ? result.file_name() : "?",
-                  result.line_number(), result.summary());
+      std::printf("[rank %d] %s:%d: Failure\n%s\n", rank_,
+                  result.file_name() ? result.file_name() : "?", result.line_number(),
+                  result.summary());
       std::fflush(stdout);
     }
   }

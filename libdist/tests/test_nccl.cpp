@@ -40,10 +40,10 @@ std::string skip_reason() {
   return reason;
 }
 
-#define SKIP_WITHOUT_GPU()                                                  \
-  do {                                                                      \
-    const std::string why = skip_reason();                                  \
-    if (!why.empty()) GTEST_SKIP() << "NCCL tests skipped: " << why;        \
+#define SKIP_WITHOUT_GPU()                                           \
+  do {                                                               \
+    const std::string why = skip_reason();                           \
+    if (!why.empty()) GTEST_SKIP() << "NCCL tests skipped: " << why; \
   } while (0)
 
 dist::LaunchOptions nccl_options() {
@@ -68,12 +68,13 @@ T input(int r, std::size_t i) {
 }
 
 template <typename T>
-::testing::AssertionResult all_equal_to(const std::vector<T>& got, const std::function<T(std::size_t)>& want) {
+::testing::AssertionResult all_equal_to(const std::vector<T>& got,
+                                        const std::function<T(std::size_t)>& want) {
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (got[i] != want(i)) {
-      return ::testing::AssertionFailure() << "first wrong element at index " << i << " of "
-                                           << got.size() << ": got " << +got[i] << ", expected "
-                                           << +want(i);
+      return ::testing::AssertionFailure()
+             << "first wrong element at index " << i << " of " << got.size() << ": got " << +got[i]
+             << ", expected " << +want(i);
     }
   }
   return ::testing::AssertionSuccess();
@@ -114,9 +115,9 @@ TYPED_TEST(NcclTyped, AllReduceSumMaxAvgFromHostMemory) {
       EXPECT_TRUE(all_equal_to<T>(s, sum)) << "sum, count " << n;
       EXPECT_TRUE(all_equal_to<T>(m, [p](std::size_t i) { return input<T>(p - 1, i); }))
           << "max, count " << n;
-      EXPECT_TRUE(all_equal_to<T>(a, [&](std::size_t i) {
-        return static_cast<T>(sum(i) / static_cast<T>(p));
-      })) << "avg, count " << n;
+      EXPECT_TRUE(all_equal_to<T>(
+          a, [&](std::size_t i) { return static_cast<T>(sum(i) / static_cast<T>(p)); }))
+          << "avg, count " << n;
     }
   });
 }
@@ -170,7 +171,8 @@ TEST(Nccl, PointToPointRingWithIsendIrecv) {
     sw.wait();
     rw.wait();
     rw.wait();  // twice is fine
-    EXPECT_TRUE(all_equal_to<float>(in, [&](std::size_t) { return static_cast<float>((r + p - 1) % p); }));
+    EXPECT_TRUE(
+        all_equal_to<float>(in, [&](std::size_t) { return static_cast<float>((r + p - 1) % p); }));
     dist::barrier();
     const auto s = dist::stats();
     EXPECT_EQ(s.messages_sent, 1u);

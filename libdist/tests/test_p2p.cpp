@@ -48,7 +48,9 @@ TEST(P2P, FifoPerSourceAndTag) {
       std::vector<dist::Work> works;
       std::vector<std::vector<int>> bufs;
       for (int k = 0; k < 5; ++k) bufs.push_back({r * 100 + k});
-      for (int k = 0; k < 5; ++k) works.push_back(dist::isend(std::span<const int>(bufs[static_cast<std::size_t>(k)]), 2, k % 2));
+      for (int k = 0; k < 5; ++k)
+        works.push_back(
+            dist::isend(std::span<const int>(bufs[static_cast<std::size_t>(k)]), 2, k % 2));
       dist::wait_all(works);
     } else {
       // Receive in a different order than sent across tags and sources; within a (source, tag)
@@ -59,7 +61,9 @@ TEST(P2P, FifoPerSourceAndTag) {
           for (int k = tag; k < 5; k += 2) {
             std::vector<int> v(1);
             dist::recv(std::span<int>(v), src, tag);
-            if (v[0] != src * 100 + k) failures.fail(r, "from " + std::to_string(src) + " tag " + std::to_string(tag) + ": got " + std::to_string(v[0]));
+            if (v[0] != src * 100 + k)
+              failures.fail(r, "from " + std::to_string(src) + " tag " + std::to_string(tag) +
+                                   ": got " + std::to_string(v[0]));
             if (v[0] <= last) failures.fail(r, "out of order");
             last = v[0];
           }
@@ -96,7 +100,8 @@ TEST(P2P, IrecvCompletesWhileRankPolls) {
     if (dist::rank() == 0) {
       dist::Work w = dist::irecv(std::span<int>(v), 1);
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-      while (!w.is_completed() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      while (!w.is_completed() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
       w.wait();
       if (v[2] != 1) failures.fail(0, "wrong data");
     } else {
@@ -129,7 +134,8 @@ TEST(P2P, ZeroLengthMessages) {
     }
     const auto s = dist::stats();
     const std::uint64_t want = 1;
-    if ((dist::rank() == 0 ? s.messages_sent : s.messages_received) != want) failures.fail(dist::rank(), "message not counted");
+    if ((dist::rank() == 0 ? s.messages_sent : s.messages_received) != want)
+      failures.fail(dist::rank(), "message not counted");
   });
   failures.check();
 }
@@ -140,28 +146,37 @@ TEST(P2P, CountersPerPeer) {
     const int r = dist::rank();
     const int p = 4;
     // Ring shift of r+1 floats to the right.
-    std::vector<float> out(static_cast<std::size_t>(r + 1)), in(static_cast<std::size_t>((r + p - 1) % p + 1));
+    std::vector<float> out(static_cast<std::size_t>(r + 1)),
+        in(static_cast<std::size_t>((r + p - 1) % p + 1));
     dist::Work w = dist::isend(std::span<const float>(out), (r + 1) % p);
     dist::recv(std::span<float>(in), (r + p - 1) % p);
     w.wait();
     auto s = dist::stats();
-    const auto right = static_cast<std::size_t>((r + 1) % p), left = static_cast<std::size_t>((r + p - 1) % p);
-    if (s.messages_sent != 1 || s.bytes_sent != 4u * static_cast<unsigned>(r + 1)) failures.fail(r, "sent totals");
-    if (s.messages_received != 1 || s.bytes_received != 4u * (left + 1)) failures.fail(r, "received totals");
-    if (s.messages_sent_to.size() != 4 || s.messages_sent_to[right] != 1 || s.bytes_sent_to[right] != 4u * static_cast<unsigned>(r + 1)) failures.fail(r, "sent per peer");
-    if (s.messages_received_from[left] != 1 || s.bytes_received_from[left] != 4u * (left + 1)) failures.fail(r, "received per peer");
+    const auto right = static_cast<std::size_t>((r + 1) % p),
+               left = static_cast<std::size_t>((r + p - 1) % p);
+    if (s.messages_sent != 1 || s.bytes_sent != 4u * static_cast<unsigned>(r + 1))
+      failures.fail(r, "sent totals");
+    if (s.messages_received != 1 || s.bytes_received != 4u * (left + 1))
+      failures.fail(r, "received totals");
+    if (s.messages_sent_to.size() != 4 || s.messages_sent_to[right] != 1 ||
+        s.bytes_sent_to[right] != 4u * static_cast<unsigned>(r + 1))
+      failures.fail(r, "sent per peer");
+    if (s.messages_received_from[left] != 1 || s.bytes_received_from[left] != 4u * (left + 1))
+      failures.fail(r, "received per peer");
     for (std::size_t q = 0; q < 4; ++q) {
       if (q != right && s.messages_sent_to[q] != 0) failures.fail(r, "sent to a wrong peer");
-      if (q != left && s.messages_received_from[q] != 0) failures.fail(r, "received from a wrong peer");
+      if (q != left && s.messages_received_from[q] != 0)
+        failures.fail(r, "received from a wrong peer");
     }
     dist::barrier();
     dist::barrier();
     s = dist::stats();
-    if (s.barriers != 2 || s.builtin_collectives != 0) failures.fail(r, "barriers not counted as barriers");
+    if (s.barriers != 2 || s.builtin_collectives != 0)
+      failures.fail(r, "barriers not counted as barriers");
     dist::reset_stats();
     s = dist::stats();
-    if (s.messages_sent != 0 || s.bytes_received != 0 || s.barriers != 0 || s.messages_sent_to.size() != 4 ||
-        s.messages_sent_to[right] != 0) {
+    if (s.messages_sent != 0 || s.bytes_received != 0 || s.barriers != 0 ||
+        s.messages_sent_to.size() != 4 || s.messages_sent_to[right] != 0) {
       failures.fail(r, "reset_stats did not reset");
     }
   });
@@ -179,9 +194,12 @@ TEST(P2P, BuiltinCollectiveCountersFollowTheDocumentedAlgorithms) {
     auto s = dist::stats();
     // Ring: 2(p-1) messages of n/p floats to the right neighbour, the same from the left.
     const std::uint64_t msgs = 2 * (p - 1), bytes = 2 * (p - 1) * (n / p) * 4;
-    if (s.messages_sent != msgs || s.bytes_sent != bytes || s.messages_received != msgs || s.bytes_received != bytes)
-      failures.fail(r, "all_reduce traffic: sent " + std::to_string(s.messages_sent) + " msgs " + std::to_string(s.bytes_sent) + " B");
-    if (s.messages_sent_to[static_cast<std::size_t>((r + 1) % p)] != msgs) failures.fail(r, "all_reduce: not all to the right neighbour");
+    if (s.messages_sent != msgs || s.bytes_sent != bytes || s.messages_received != msgs ||
+        s.bytes_received != bytes)
+      failures.fail(r, "all_reduce traffic: sent " + std::to_string(s.messages_sent) + " msgs " +
+                           std::to_string(s.bytes_sent) + " B");
+    if (s.messages_sent_to[static_cast<std::size_t>((r + 1) % p)] != msgs)
+      failures.fail(r, "all_reduce: not all to the right neighbour");
     if (s.builtin_collectives != 1) failures.fail(r, "builtin_collectives");
     dist::reset_stats();
     // Binomial broadcast from root 0: vr receives once (unless root) and sends to vr + 2^k for
@@ -192,14 +210,16 @@ TEST(P2P, BuiltinCollectiveCountersFollowTheDocumentedAlgorithms) {
     for (int mask = 1; mask < p; mask <<= 1) {
       if (r < mask && r + mask < p) ++children;
     }
-    if (s.messages_sent != children || s.messages_received != (r == 0 ? 0u : 1u) || s.bytes_sent != children * n * 4)
+    if (s.messages_sent != children || s.messages_received != (r == 0 ? 0u : 1u) ||
+        s.bytes_sent != children * n * 4)
       failures.fail(r, "broadcast traffic: sent " + std::to_string(s.messages_sent));
   });
   failures.check();
 }
 
 TEST(Launch, NoThreadLeftRunningAfterLaunch) {
-  run_ranks(threads_options(2), [] {});  // sanitizers start a helper thread at the first thread creation
+  run_ranks(threads_options(2),
+            [] {});  // sanitizers start a helper thread at the first thread creation
   const int before = threads_in_process();
   run_ranks(threads_options(8), [] { dist::barrier(); });
   try {
@@ -215,7 +235,8 @@ TEST(Launch, NoThreadLeftRunningAfterLaunch) {
 TEST(Launch, OutsideLaunchAndNestedLaunchAreErrors) {
   EXPECT_THROW(dist::rank(), dist::Error);
   EXPECT_FALSE(dist::in_launch());
-  const std::string msg = expect_error<dist::Error>(threads_options(2), [] { dist::launch(2, [] {}); });
+  const std::string msg =
+      expect_error<dist::Error>(threads_options(2), [] { dist::launch(2, [] {}); });
   EXPECT_TRUE(contains(msg, "from inside a rank")) << msg;
 }
 

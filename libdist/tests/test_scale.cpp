@@ -21,7 +21,9 @@ TEST(Scale, SixtyFourRanksTwentyAllReduces) {
       std::fill(v.begin(), v.end(), static_cast<float>(dist::rank() + i));
       dist::all_reduce(std::span<float>(v));
       const float want = static_cast<float>(64 * 63 / 2 + 64 * i);
-      if (v[999] != want) failures.fail(dist::rank(), "iteration " + std::to_string(i) + ": got " + std::to_string(v[999]));
+      if (v[999] != want)
+        failures.fail(dist::rank(),
+                      "iteration " + std::to_string(i) + ": got " + std::to_string(v[999]));
     }
   });
   failures.check();
@@ -72,10 +74,13 @@ TEST(Scale, SixtyFourRankPointToPointRing) {
 
 TEST(Scale, DeadlockAmongManyRanksIsFoundQuickly) {
   double secs = 0;
-  const std::string msg = expect_error<dist::DeadlockError>(threads_options(64, 20000), [] {
-    std::vector<float> x(1);
-    dist::recv(std::span<float>(x), (dist::rank() + 1) % 64);
-  }, &secs);
+  const std::string msg = expect_error<dist::DeadlockError>(
+      threads_options(64, 20000),
+      [] {
+        std::vector<float> x(1);
+        dist::recv(std::span<float>(x), (dist::rank() + 1) % 64);
+      },
+      &secs);
   EXPECT_LT(secs, 5.0);
   EXPECT_TRUE(contains(msg, "rank 63 blocked in recv(src=0")) << msg.substr(0, 300);
 }

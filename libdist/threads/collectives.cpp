@@ -25,8 +25,8 @@ std::shared_ptr<CollSlot> Engine::arrive_locked(int r, const CollCall& call, std
   }
   CollSlot& s = *sp;
   if (s.first_rank >= 0 && !call.same_as(s.calls[static_cast<std::size_t>(s.first_rank)])) {
-    const std::string msg =
-        collective_mismatch(seq, s.first_rank, s.calls[static_cast<std::size_t>(s.first_rank)], r, call);
+    const std::string msg = collective_mismatch(
+        seq, s.first_rank, s.calls[static_cast<std::size_t>(s.first_rank)], r, call);
     fail_locked(r, std::make_exception_ptr(MismatchError(msg)));
     throw MismatchError(msg);
   }
@@ -64,15 +64,17 @@ void Engine::finalize_slot_locked(CollSlot& s) {
   s.ready.store(true, std::memory_order_release);
   for (int q = 0; q < p_; ++q) {
     const Rank& x = rank_state(q);
-    if (x.state == RunState::Blocked && x.pending.kind == Pending::Coll && x.pending.slot.get() == &s) wake_locked(q);
+    if (x.state == RunState::Blocked && x.pending.kind == Pending::Coll &&
+        x.pending.slot.get() == &s)
+      wake_locked(q);
   }
 }
 
 namespace {
 
 // out[k] = op over inputs (in rank order) for `len` elements, written to every output.
-void reduce_tiles(const std::vector<const std::byte*>& in, const std::vector<std::byte*>& out, std::size_t len,
-                  DataType type, ReduceOp op, int p) {
+void reduce_tiles(const std::vector<const std::byte*>& in, const std::vector<std::byte*>& out,
+                  std::size_t len, DataType type, ReduceOp op, int p) {
   alignas(64) std::byte tile[kSmallTile];
   const std::size_t es = size_of(type);
   const std::size_t per = kSmallTile / es;
@@ -95,8 +97,12 @@ void Engine::exec_part(const CollSlot& s, int r) {
   const CollCall& c = s.calls[static_cast<std::size_t>(r)];
   const std::size_t es = size_of(c.type);
   const int p = p_;
-  auto in_of = [&](int q) { return static_cast<const std::byte*>(s.calls[static_cast<std::size_t>(q)].in); };
-  auto out_of = [&](int q) { return static_cast<std::byte*>(s.calls[static_cast<std::size_t>(q)].out); };
+  auto in_of = [&](int q) {
+    return static_cast<const std::byte*>(s.calls[static_cast<std::size_t>(q)].in);
+  };
+  auto out_of = [&](int q) {
+    return static_cast<std::byte*>(s.calls[static_cast<std::size_t>(q)].out);
+  };
   const std::size_t off = chunk_off(c.count, p, r);
   const std::size_t len = chunk_len(c.count, p, r);
   switch (c.kind) {
@@ -126,7 +132,8 @@ void Engine::exec_part(const CollSlot& s, int r) {
       break;
     }
     case CollKind::Gather:
-      move_bytes(out_of(c.root) + static_cast<std::size_t>(r) * c.count * es, in_of(r), c.count * es);
+      move_bytes(out_of(c.root) + static_cast<std::size_t>(r) * c.count * es, in_of(r),
+                 c.count * es);
       break;
     case CollKind::AllGather:
       for (int q = 0; q < p; ++q) {
@@ -134,12 +141,14 @@ void Engine::exec_part(const CollSlot& s, int r) {
       }
       break;
     case CollKind::Scatter:
-      move_bytes(out_of(r), in_of(c.root) + static_cast<std::size_t>(r) * c.count * es, c.count * es);
+      move_bytes(out_of(r), in_of(c.root) + static_cast<std::size_t>(r) * c.count * es,
+                 c.count * es);
       break;
     case CollKind::ReduceScatter: {
       if (c.count == 0) break;
       std::vector<const std::byte*> in(static_cast<std::size_t>(p));
-      for (int q = 0; q < p; ++q) in[static_cast<std::size_t>(q)] = in_of(q) + static_cast<std::size_t>(r) * c.count * es;
+      for (int q = 0; q < p; ++q)
+        in[static_cast<std::size_t>(q)] = in_of(q) + static_cast<std::size_t>(r) * c.count * es;
       reduce_tiles(in, {out_of(r)}, c.count, c.type, c.op, p);
       break;
     }
@@ -258,7 +267,8 @@ void Engine::wait_async(int r, AsyncColl& a) {
 bool Engine::async_completed(AsyncColl& a) {
   if (a.slot->done.load(std::memory_order_acquire)) return true;
   throw_if_failed();
-  check_poll_timeout(a.rank, a.first_poll, a.slot->calls[static_cast<std::size_t>(a.rank)].describe());
+  check_poll_timeout(a.rank, a.first_poll,
+                     a.slot->calls[static_cast<std::size_t>(a.rank)].describe());
   return false;
 }
 

@@ -14,8 +14,8 @@ std::string describe_count(std::size_t count, DataType type) {
 std::string P2POp::describe() const {
   std::ostringstream os;
   if (!blocking) os << "wait on ";
-  os << (blocking ? "" : "i") << (is_send ? "send(dst=" : "recv(src=") << peer << ", tag=" << tag << ", "
-     << describe_count(count, type) << ")";
+  os << (blocking ? "" : "i") << (is_send ? "send(dst=" : "recv(src=") << peer << ", tag=" << tag
+     << ", " << describe_count(count, type) << ")";
   return os.str();
 }
 
@@ -39,12 +39,15 @@ std::string CollCall::describe() const {
 std::string Engine::describe_pending_locked(int r) const {
   const Rank& rk = rank_state(r);
   switch (rk.pending.kind) {
-    case Pending::P2P: return rk.pending.op->describe();
+    case Pending::P2P:
+      return rk.pending.op->describe();
     case Pending::Coll: {
       std::string s = rk.pending.call.async ? "wait on " : "";
-      return s + rk.pending.call.describe() + " [collective call #" + std::to_string(rk.pending.seq) + "]";
+      return s + rk.pending.call.describe() + " [collective call #" +
+             std::to_string(rk.pending.seq) + "]";
     }
-    case Pending::None: break;
+    case Pending::None:
+      break;
   }
   return "?";
 }
@@ -67,7 +70,8 @@ std::string Engine::deadlock_report_locked() const {
 std::string Engine::deadlock_hint_locked() const {
   auto p2p = [&](int q) -> const P2POp* {
     const Rank& x = rank_state(q);
-    return x.state == RunState::Blocked && x.pending.kind == Pending::P2P ? x.pending.op.get() : nullptr;
+    return x.state == RunState::Blocked && x.pending.kind == Pending::P2P ? x.pending.op.get()
+                                                                          : nullptr;
   };
   std::vector<std::string> hints;
   // Both sides of a pair send first.
@@ -89,15 +93,17 @@ std::string Engine::deadlock_hint_locked() const {
     const P2POp* x = p2p(a);
     if (!x || x->is_send) continue;
     if (rank_state(x->peer).state == RunState::Finished) {
-      hints.push_back("rank " + std::to_string(a) + " waits for a message from rank " + std::to_string(x->peer) +
+      hints.push_back("rank " + std::to_string(a) + " waits for a message from rank " +
+                      std::to_string(x->peer) +
                       ", which already finished: check that every recv has a matching send");
       break;
     }
     const P2POp* y = p2p(x->peer);
     if (y && y->is_send && y->peer == a && y->tag != x->tag) {
-      hints.push_back("rank " + std::to_string(x->peer) + " sends to rank " + std::to_string(a) + " with tag " +
-                      std::to_string(y->tag) + " but rank " + std::to_string(a) + " receives with tag " +
-                      std::to_string(x->tag) + ": messages match by (source, tag)");
+      hints.push_back("rank " + std::to_string(x->peer) + " sends to rank " + std::to_string(a) +
+                      " with tag " + std::to_string(y->tag) + " but rank " + std::to_string(a) +
+                      " receives with tag " + std::to_string(x->tag) +
+                      ": messages match by (source, tag)");
       break;
     }
   }
@@ -121,7 +127,8 @@ std::string Engine::deadlock_hint_locked() const {
   if (!in_coll.empty() && (!elsewhere.empty() || !finished.empty())) {
     std::string s = "a collective that only some ranks called: rank(s) " + list(in_coll) +
                     " wait in a collective that ";
-    if (!elsewhere.empty()) s += "rank(s) " + list(elsewhere) + " (blocked in point-to-point calls) ";
+    if (!elsewhere.empty())
+      s += "rank(s) " + list(elsewhere) + " (blocked in point-to-point calls) ";
     if (!elsewhere.empty() && !finished.empty()) s += "and ";
     if (!finished.empty()) s += "rank(s) " + list(finished) + " (already finished) ";
     s += "did not call; every rank must call the same collectives in the same order";
@@ -130,8 +137,9 @@ std::string Engine::deadlock_hint_locked() const {
     hints.push_back("rank(s) " + list(finished) + " finished while the others still wait for them");
   }
   if (hints.empty()) {
-    hints.push_back("every unfinished rank waits for another: check that each send has a matching recv "
-                    "(same peers, same tag, posted in an order that lets both proceed)");
+    hints.push_back(
+        "every unfinished rank waits for another: check that each send has a matching recv "
+        "(same peers, same tag, posted in an order that lets both proceed)");
   }
   std::string out;
   for (const auto& h : hints) out += " Hint: " + h + ".";
@@ -140,8 +148,9 @@ std::string Engine::deadlock_hint_locked() const {
 
 std::string Engine::timeout_report_locked(int r, std::chrono::milliseconds waited) const {
   std::ostringstream os;
-  os << "timeout: rank " << r << " waited " << waited.count() << " ms in " << describe_pending_locked(r)
-     << " (LaunchOptions::timeout is " << opts_.timeout.count() << " ms). Other ranks:";
+  os << "timeout: rank " << r << " waited " << waited.count() << " ms in "
+     << describe_pending_locked(r) << " (LaunchOptions::timeout is " << opts_.timeout.count()
+     << " ms). Other ranks:";
   for (int q = 0; q < p_; ++q) {
     if (q == r) continue;
     const Rank& o = rank_state(q);
@@ -159,7 +168,8 @@ std::string Engine::timeout_report_locked(int r, std::chrono::milliseconds waite
   return os.str();
 }
 
-std::string Engine::poll_timeout_report(int r, const std::string& what, std::chrono::milliseconds polled) const {
+std::string Engine::poll_timeout_report(int r, const std::string& what,
+                                        std::chrono::milliseconds polled) const {
   return "timeout: rank " + std::to_string(r) + " polled is_completed() on " + what + " for " +
          std::to_string(polled.count()) + " ms without completion (LaunchOptions::timeout is " +
          std::to_string(opts_.timeout.count()) +
@@ -168,19 +178,20 @@ std::string Engine::poll_timeout_report(int r, const std::string& what, std::chr
 
 std::string Engine::send_recv_mismatch(const P2POp& s, const P2POp& rv) {
   std::ostringstream os;
-  os << "send/recv mismatch: rank " << s.owner << " sends " << describe_count(s.count, s.type) << " to rank "
-     << rv.owner << " (tag " << s.tag << ") but rank " << rv.owner << " receives "
+  os << "send/recv mismatch: rank " << s.owner << " sends " << describe_count(s.count, s.type)
+     << " to rank " << rv.owner << " (tag " << s.tag << ") but rank " << rv.owner << " receives "
      << describe_count(rv.count, rv.type) << " from rank " << s.owner << " (tag " << rv.tag
      << "); a send and its recv must have the same element type and count";
   return os.str();
 }
 
-std::string Engine::collective_mismatch(std::uint64_t seq, int first_rank, const CollCall& first, int r,
-                                        const CollCall& call) {
+std::string Engine::collective_mismatch(std::uint64_t seq, int first_rank, const CollCall& first,
+                                        int r, const CollCall& call) {
   std::ostringstream os;
   os << "collective mismatch at collective call #" << seq << ": rank " << first_rank << " called "
      << first.describe() << " but rank " << r << " called " << call.describe()
-     << "; every rank must call the same collectives (barrier included) in the same order, with the same "
+     << "; every rank must call the same collectives (barrier included) in the same order, with "
+        "the same "
         "count, type, op and root";
   return os.str();
 }

@@ -49,7 +49,8 @@ void Engine::throw_if_failed() {
   }
 }
 
-void Engine::block(int r, std::unique_lock<std::mutex>& lk, const Pending& what, const std::function<bool()>& ready) {
+void Engine::block(int r, std::unique_lock<std::mutex>& lk, const Pending& what,
+                   const std::function<bool()>& ready) {
   Rank& me = rank_state(r);
   const auto start = SteadyClock::now();
   const auto deadline = start + opts_.timeout;
@@ -70,7 +71,8 @@ void Engine::block(int r, std::unique_lock<std::mutex>& lk, const Pending& what,
       --blocked_;
     }
     if (!woken && !ready() && !failed_ && SteadyClock::now() >= deadline) {
-      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
+      const auto waited =
+          std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
       std::string report = timeout_report_locked(r, waited);
       me.pending = {};
       throw TimeoutError(report);
@@ -80,12 +82,13 @@ void Engine::block(int r, std::unique_lock<std::mutex>& lk, const Pending& what,
 
 // A rank polling is_completed() is running, so deadlock detection cannot see it; a poll loop
 // that lasts longer than the timeout is reported like a wait that does.
-void Engine::check_poll_timeout(int r, SteadyClock::time_point& first_poll, const std::string& what) {
+void Engine::check_poll_timeout(int r, SteadyClock::time_point& first_poll,
+                                const std::string& what) {
   const auto now = SteadyClock::now();
   if (first_poll == SteadyClock::time_point{}) first_poll = now;
   if (now - first_poll > opts_.timeout) {
-    throw TimeoutError(
-        poll_timeout_report(r, what, std::chrono::duration_cast<std::chrono::milliseconds>(now - first_poll)));
+    throw TimeoutError(poll_timeout_report(
+        r, what, std::chrono::duration_cast<std::chrono::milliseconds>(now - first_poll)));
   }
 }
 
@@ -133,7 +136,8 @@ void Engine::finish_rank(int r, std::exception_ptr error) {
           apply_result(r, *a->slot, true);
         }
       } else {
-        leaks += (leaks.empty() ? "" : ", ") + a->slot->calls[static_cast<std::size_t>(r)].describe();
+        leaks +=
+            (leaks.empty() ? "" : ", ") + a->slot->calls[static_cast<std::size_t>(r)].describe();
       }
     }
     if (!leaks.empty()) error = std::make_exception_ptr(Error(leaked_work_report(leaks)));
@@ -191,9 +195,10 @@ void Engine::wait_for_ranks(std::vector<std::thread>& threads) {
         }
         std::string msg = what_of(first_error_) + " (and rank(s)";
         for (int r : stuck) msg.append(" ").append(std::to_string(r));
-        msg += " did not return within " +
-               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(grace).count()) +
-               " s after that failure: stuck in their own code, so their threads were left running)";
+        msg +=
+            " did not return within " +
+            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(grace).count()) +
+            " s after that failure: stuck in their own code, so their threads were left running)";
         first_error_ = std::make_exception_ptr(Error(msg));
       }
     }

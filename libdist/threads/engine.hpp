@@ -110,7 +110,8 @@ class Engine {
  private:
   // All *_locked functions need mu_ held.
   // engine.cpp
-  void block(int r, std::unique_lock<std::mutex>& lk, const Pending& what, const std::function<bool()>& ready);
+  void block(int r, std::unique_lock<std::mutex>& lk, const Pending& what,
+             const std::function<bool()>& ready);
   void wake_locked(int r);
   void wake_all_blocked_locked();
   [[noreturn]] void throw_failure_locked();
@@ -124,10 +125,11 @@ class Engine {
   std::string deadlock_report_locked() const;
   std::string deadlock_hint_locked() const;
   std::string timeout_report_locked(int r, std::chrono::milliseconds waited) const;
-  std::string poll_timeout_report(int r, const std::string& what, std::chrono::milliseconds polled) const;
+  std::string poll_timeout_report(int r, const std::string& what,
+                                  std::chrono::milliseconds polled) const;
   static std::string send_recv_mismatch(const P2POp& send, const P2POp& recv);
-  static std::string collective_mismatch(std::uint64_t seq, int first_rank, const CollCall& first, int r,
-                                         const CollCall& call);
+  static std::string collective_mismatch(std::uint64_t seq, int first_rank, const CollCall& first,
+                                         int r, const CollCall& call);
   static std::string leaked_work_report(const std::string& leaks);
   // p2p.cpp
   void match_locked(const std::shared_ptr<P2POp>& send, const std::shared_ptr<P2POp>& recv);

@@ -49,12 +49,16 @@ class RankBackend final : public BackendImpl {
     e_->wait_p2p(r_, op);
   }
   Work isend(const void* buf, std::size_t count, DataType type, int dst, int tag) override {
-    return Work(std::make_shared<P2PWork>(e_, r_, e_->post(r_, true, false, buf, nullptr, count, type, dst, tag)));
+    return Work(std::make_shared<P2PWork>(
+        e_, r_, e_->post(r_, true, false, buf, nullptr, count, type, dst, tag)));
   }
   Work irecv(void* buf, std::size_t count, DataType type, int src, int tag) override {
-    return Work(std::make_shared<P2PWork>(e_, r_, e_->post(r_, false, false, nullptr, buf, count, type, src, tag)));
+    return Work(std::make_shared<P2PWork>(
+        e_, r_, e_->post(r_, false, false, nullptr, buf, count, type, src, tag)));
   }
-  void barrier() override { e_->collective(r_, make(CollKind::Barrier, nullptr, nullptr, 0, DataType::Float32)); }
+  void barrier() override {
+    e_->collective(r_, make(CollKind::Barrier, nullptr, nullptr, 0, DataType::Float32));
+  }
 
   void broadcast(void* buf, std::size_t count, DataType type, int src) override {
     auto c = make(CollKind::Broadcast, buf, buf, count, type);
@@ -90,7 +94,8 @@ class RankBackend final : public BackendImpl {
     c.root = src;
     e_->collective(r_, c);
   }
-  void reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op) override {
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType type,
+                      ReduceOp op) override {
     auto c = make(CollKind::ReduceScatter, in, out, count, type);
     c.op = op;
     e_->collective(r_, c);
@@ -99,7 +104,9 @@ class RankBackend final : public BackendImpl {
   Stats stats() override { return e_->rank_state(r_).stats; }
   void reset_stats() override { e_->reset_stats(r_); }
   double sim_time() override { return e_->rank_state(r_).link.clock; }
-  void sim_compute(double seconds, const char* label) override { e_->sim_compute(r_, seconds, label); }
+  void sim_compute(double seconds, const char* label) override {
+    e_->sim_compute(r_, seconds, label);
+  }
   void sim_reduce(std::size_t bytes) override { e_->sim_reduce(r_, bytes); }
 
  private:

@@ -52,7 +52,8 @@ struct CollCall {
   LinkState link;  // the caller's clock and link state on arrival
 
   bool has_op() const {
-    return kind == CollKind::Reduce || kind == CollKind::AllReduce || kind == CollKind::ReduceScatter;
+    return kind == CollKind::Reduce || kind == CollKind::AllReduce ||
+           kind == CollKind::ReduceScatter;
   }
   bool has_root() const {
     return kind == CollKind::Broadcast || kind == CollKind::Reduce || kind == CollKind::Gather ||

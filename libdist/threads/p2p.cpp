@@ -10,7 +10,8 @@ namespace dist::detail::fake {
 
 namespace {
 std::uint64_t box_key(int src, int tag) {
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(tag);
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) |
+         static_cast<std::uint32_t>(tag);
 }
 }  // namespace
 
@@ -38,8 +39,9 @@ void Engine::match_locked(const std::shared_ptr<P2POp>& s, const std::shared_ptr
   wake_locked(rv->owner);
 }
 
-std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const void* sbuf, void* rbuf,
-                                    std::size_t count, DataType type, int peer, int tag) {
+std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const void* sbuf,
+                                    void* rbuf, std::size_t count, DataType type, int peer,
+                                    int tag) {
   Rank& me = rank_state(r);
   me.cpu.store(sched_getcpu(), std::memory_order_relaxed);
   auto op = std::make_shared<P2POp>();
@@ -100,7 +102,8 @@ void Engine::complete_p2p(int r, P2POp& op) {
 
 void Engine::wait_p2p(int r, const std::shared_ptr<P2POp>& op) {
   // Spin briefly without the mutex (the partner is usually about to match), then block.
-  if (!wait_.spin_until([&] { return op->done.load(std::memory_order_acquire); }, &rank_state(op->peer).cpu)) {
+  if (!wait_.spin_until([&] { return op->done.load(std::memory_order_acquire); },
+                        &rank_state(op->peer).cpu)) {
     std::unique_lock<std::mutex> lk(mu_);
     Pending what;
     what.kind = Pending::P2P;

@@ -11,14 +11,22 @@ namespace dist::detail::fake {
 
 const char* coll_name(CollKind kind) {
   switch (kind) {
-    case CollKind::Barrier: return "barrier";
-    case CollKind::Broadcast: return "broadcast";
-    case CollKind::Reduce: return "reduce";
-    case CollKind::AllReduce: return "all_reduce";
-    case CollKind::Gather: return "gather";
-    case CollKind::AllGather: return "all_gather";
-    case CollKind::Scatter: return "scatter";
-    case CollKind::ReduceScatter: return "reduce_scatter";
+    case CollKind::Barrier:
+      return "barrier";
+    case CollKind::Broadcast:
+      return "broadcast";
+    case CollKind::Reduce:
+      return "reduce";
+    case CollKind::AllReduce:
+      return "all_reduce";
+    case CollKind::Gather:
+      return "gather";
+    case CollKind::AllGather:
+      return "all_gather";
+    case CollKind::Scatter:
+      return "scatter";
+    case CollKind::ReduceScatter:
+      return "reduce_scatter";
   }
   return "?";
 }
@@ -33,12 +41,14 @@ struct Msg {
 
 class Replay {
  public:
-  Replay(const NetworkModel& net, std::vector<LinkState>& st, std::vector<std::vector<MsgRecord>>& msgs)
+  Replay(const NetworkModel& net, std::vector<LinkState>& st,
+         std::vector<std::vector<MsgRecord>>& msgs)
       : net_(net), st_(st), msgs_(msgs) {}
 
   // The sender posts the message (send or isend): reserves its out-link.
   Msg post(int s, int d, std::uint64_t bytes) {
-    const Transfer wire = post_message(st_[s], net_.message_cost(s, d, static_cast<std::size_t>(bytes)));
+    const Transfer wire =
+        post_message(st_[s], net_.message_cost(s, d, static_cast<std::size_t>(bytes)));
     msgs_[s].push_back({d, bytes, true});
     return {s, d, bytes, wire};
   }
@@ -49,7 +59,9 @@ class Replay {
   }
   // The sender's send returns (blocking send, or wait on the isend).
   void sender_done(const Msg& m) { finish_send(st_[m.src], m.wire); }
-  void reduce(int r, std::uint64_t bytes) { st_[r].clock += net_.reduce_cost(static_cast<std::size_t>(bytes)); }
+  void reduce(int r, std::uint64_t bytes) {
+    st_[r].clock += net_.reduce_cost(static_cast<std::size_t>(bytes));
+  }
   // One blocking send matched by one blocking recv.
   void send_recv(int s, int d, std::uint64_t bytes) {
     const Msg m = post(s, d, bytes);
@@ -70,7 +82,8 @@ int mod(int a, int p) { return ((a % p) + p) % p; }
 template <typename BytesOf>
 void ring_step(Replay& rp, int p, BytesOf bytes_of, bool reduce) {
   std::vector<Msg> m(static_cast<std::size_t>(p));
-  for (int r = 0; r < p; ++r) m[static_cast<std::size_t>(r)] = rp.post(r, mod(r + 1, p), bytes_of(r));
+  for (int r = 0; r < p; ++r)
+    m[static_cast<std::size_t>(r)] = rp.post(r, mod(r + 1, p), bytes_of(r));
   for (int r = 0; r < p; ++r) {
     const Msg& in = m[static_cast<std::size_t>(mod(r - 1, p))];
     rp.receive(in);
@@ -81,13 +94,16 @@ void ring_step(Replay& rp, int p, BytesOf bytes_of, bool reduce) {
 
 }  // namespace
 
-void replay(CollKind kind, int p, int root, std::size_t count, std::size_t elem, const NetworkModel& net,
-            std::vector<LinkState>& st, std::vector<std::vector<MsgRecord>>& msgs) {
+void replay(CollKind kind, int p, int root, std::size_t count, std::size_t elem,
+            const NetworkModel& net, std::vector<LinkState>& st,
+            std::vector<std::vector<MsgRecord>>& msgs) {
   msgs.assign(static_cast<std::size_t>(p), {});
   Replay rp(net, st, msgs);
   const std::uint64_t n = static_cast<std::uint64_t>(count) * elem;  // bytes of the buffer / block
   auto abs_rank = [&](int vr) { return mod(vr + root, p); };
-  auto chunk_bytes = [&](int i) { return static_cast<std::uint64_t>(chunk_len(count, p, mod(i, p))) * elem; };
+  auto chunk_bytes = [&](int i) {
+    return static_cast<std::uint64_t>(chunk_len(count, p, mod(i, p))) * elem;
+  };
   switch (kind) {
     case CollKind::Barrier:
       break;
@@ -95,7 +111,8 @@ void replay(CollKind kind, int p, int root, std::size_t count, std::size_t elem,
       // Binomial tree, relative ranks vr = (r - root) mod p: in the round of `mask`
       // (1, 2, 4, ...), every vr < mask sends the whole buffer to vr + mask.
       for (int mask = 1; mask < p; mask <<= 1) {
-        for (int vr = 0; vr < mask && vr + mask < p; ++vr) rp.send_recv(abs_rank(vr), abs_rank(vr + mask), n);
+        for (int vr = 0; vr < mask && vr + mask < p; ++vr)
+          rp.send_recv(abs_rank(vr), abs_rank(vr + mask), n);
       }
       break;
     case CollKind::Reduce:
@@ -133,18 +150,26 @@ void replay(CollKind kind, int p, int root, std::size_t count, std::size_t elem,
     }
     case CollKind::AllGather:
       // Ring: in step s (0 .. p-2) rank r sends block (r - s) mod p to r + 1.
-      for (int s = 0; s + 1 < p; ++s) ring_step(rp, p, [&](int) { return n; }, false);
+      for (int s = 0; s + 1 < p; ++s)
+        ring_step(
+            rp, p, [&](int) { return n; }, false);
       break;
     case CollKind::ReduceScatter:
       // Ring: in step s rank r sends its partial chunk (r - s - 1) mod p to r + 1, which reduces
       // it into its own; after p - 1 steps rank r holds chunk r.
-      for (int s = 0; s + 1 < p; ++s) ring_step(rp, p, [&](int) { return n; }, true);
+      for (int s = 0; s + 1 < p; ++s)
+        ring_step(
+            rp, p, [&](int) { return n; }, true);
       break;
     case CollKind::AllReduce:
       // Ring: the reduce-scatter above on chunks of count / p elements (the first count % p
       // chunks one larger), then the all-gather ring: in step s rank r sends chunk (r - s) mod p.
-      for (int s = 0; s + 1 < p; ++s) ring_step(rp, p, [&](int r) { return chunk_bytes(r - s - 1); }, true);
-      for (int s = 0; s + 1 < p; ++s) ring_step(rp, p, [&](int r) { return chunk_bytes(r - s); }, false);
+      for (int s = 0; s + 1 < p; ++s)
+        ring_step(
+            rp, p, [&](int r) { return chunk_bytes(r - s - 1); }, true);
+      for (int s = 0; s + 1 < p; ++s)
+        ring_step(
+            rp, p, [&](int r) { return chunk_bytes(r - s); }, false);
       break;
   }
 }

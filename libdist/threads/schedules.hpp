@@ -15,7 +15,16 @@
 
 namespace dist::detail::fake {
 
-enum class CollKind { Barrier, Broadcast, Reduce, AllReduce, Gather, AllGather, Scatter, ReduceScatter };
+enum class CollKind {
+  Barrier,
+  Broadcast,
+  Reduce,
+  AllReduce,
+  Gather,
+  AllGather,
+  Scatter,
+  ReduceScatter
+};
 const char* coll_name(CollKind kind);
 
 /// One message a rank sent (sent = true, peer = destination) or received (peer = source).

@@ -14,12 +14,22 @@ void Engine::trace(int r, TraceEvent ev) {
 void Engine::write_trace() {
   if (!tracing_) return;
   nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"tid", 0},
-                    {"args", {{"name", "fake_dist (" + std::to_string(p_) + " ranks, simulated clock)"}}}});
+  events.push_back(
+      {{"name", "process_name"},
+       {"ph", "M"},
+       {"pid", 0},
+       {"tid", 0},
+       {"args", {{"name", "fake_dist (" + std::to_string(p_) + " ranks, simulated clock)"}}}});
   for (int r = 0; r < p_; ++r) {
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", r},
                       {"args", {{"name", "rank " + std::to_string(r)}}}});
-    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
+    events.push_back({{"name", "thread_sort_index"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", r},
                       {"args", {{"sort_index", r}}}});
     if (abandoned_ && !thread_done_[static_cast<std::size_t>(r)]) continue;
     for (const TraceEvent& ev : rank_state(r).trace) {
@@ -29,14 +39,24 @@ void Engine::write_trace() {
       if (ev.bytes > 0 || ev.peer >= 0 || ev.is_coll) args["bytes"] = ev.bytes;
       if (ev.is_coll) args["collective_call"] = ev.seq;
       const std::string cat = ev.is_coll ? "collective" : (ev.peer >= 0 ? "p2p" : "compute");
-      events.push_back({{"name", ev.name}, {"cat", cat}, {"ph", "X"}, {"pid", 0}, {"tid", r},
-                        {"ts", ev.t0 * 1e6}, {"dur", (ev.t1 - ev.t0) * 1e6}, {"args", args}});
+      events.push_back({{"name", ev.name},
+                        {"cat", cat},
+                        {"ph", "X"},
+                        {"pid", 0},
+                        {"tid", r},
+                        {"ts", ev.t0 * 1e6},
+                        {"dur", (ev.t1 - ev.t0) * 1e6},
+                        {"args", args}});
     }
   }
-  nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ns"},
-                        {"otherData", {{"clock", "simulated (fake_dist alpha-beta model), microseconds"}}}};
+  nlohmann::json doc = {
+      {"traceEvents", events},
+      {"displayTimeUnit", "ns"},
+      {"otherData", {{"clock", "simulated (fake_dist alpha-beta model), microseconds"}}}};
   std::ofstream f(opts_.trace_path);
-  if (!f) throw Error("cannot write the trace to '" + opts_.trace_path + "': check that the folder exists");
+  if (!f)
+    throw Error("cannot write the trace to '" + opts_.trace_path +
+                "': check that the folder exists");
   f << doc.dump() << "\n";
   if (!f) throw Error("writing the trace to '" + opts_.trace_path + "' failed");
 }

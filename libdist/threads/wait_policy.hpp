@@ -75,13 +75,16 @@ class WaitPolicy {
   }
 
   /// Spins, then sleeps until `signal` moves past `seen` or the deadline; false on timeout.
-  bool sleep_until_woken(WakeSignal& signal, std::uint64_t seen, SteadyClock::time_point deadline) const {
-    if (spin_until([&] { return signal.ticket.load(std::memory_order_acquire) != seen; })) return true;
+  bool sleep_until_woken(WakeSignal& signal, std::uint64_t seen,
+                         SteadyClock::time_point deadline) const {
+    if (spin_until([&] { return signal.ticket.load(std::memory_order_acquire) != seen; }))
+      return true;
     signal.sleeping.store(true, std::memory_order_seq_cst);
     bool woken;
     {
       std::unique_lock<std::mutex> g(signal.m);
-      woken = signal.cv.wait_until(g, deadline, [&] { return signal.ticket.load(std::memory_order_seq_cst) != seen; });
+      woken = signal.cv.wait_until(
+          g, deadline, [&] { return signal.ticket.load(std::memory_order_seq_cst) != seen; });
     }
     signal.sleeping.store(false, std::memory_order_relaxed);
     return woken;

@@ -21,16 +21,21 @@ int main(int argc, char** argv) {
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& b : infos) {
-      out.push_back({{"name", b.name}, {"built", b.built}, {"usable", b.usable},
-                     {"detail", b.detail}, {"devices", b.devices}});
+      out.push_back({{"name", b.name},
+                     {"built", b.built},
+                     {"usable", b.usable},
+                     {"detail", b.detail},
+                     {"devices", b.devices}});
     }
     std::cout << nlohmann::json{{"backends", out}}.dump(2) << "\n";
     return 0;
   }
   for (const auto& b : infos) {
     std::cout << b.name << ": "
-              << (!b.built ? "not built" : b.usable ? "built" : "built, not usable here") << " ("
-              << b.detail << ")\n";
+              << (!b.built   ? "not built"
+                  : b.usable ? "built"
+                             : "built, not usable here")
+              << " (" << b.detail << ")\n";
     for (const auto& d : b.devices) std::cout << "  gpu " << d << "\n";
   }
   return 0;

@@ -127,9 +127,10 @@ CreationCost measure_creation_cost(int n) {
 
 WriteVisibility write_in_child_process(int initial, int written) {
   if (written < 0 || written > 255) {
-    throw std::invalid_argument("write_in_child_process: written must be in [0, 255] (it travels "
-                                "back as the child's exit status), got " +
-                                std::to_string(written));
+    throw std::invalid_argument(
+        "write_in_child_process: written must be in [0, 255] (it travels "
+        "back as the child's exit status), got " +
+        std::to_string(written));
   }
   WriteVisibility seen;
   // BEGIN SOLUTION: let a child process change its copy of a variable and report what it saw;

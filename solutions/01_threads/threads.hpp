@@ -87,8 +87,7 @@ WriteVisibility write_in_thread(int initial, int written);
 /// workers stop taking new items, all threads are joined, and the first exception is rethrown to
 /// the caller (std::exception_ptr). n_items == 0 returns at once; n_workers < 1 throws
 /// std::invalid_argument; n_workers > n_items is fine.
-void parallel_for(std::size_t n_items, int n_workers,
-                  const std::function<void(std::size_t)>& body);
+void parallel_for(std::size_t n_items, int n_workers, const std::function<void(std::size_t)>& body);
 
 /// TODO. out[i] = fn(inputs[i]) computed on a pool of n_workers (use parallel_for). Results are in
 /// input order whatever the schedule; an exception thrown by fn reaches the caller.

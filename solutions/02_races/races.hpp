@@ -46,8 +46,8 @@ struct Account {
   Account(const Account&) = delete;
   Account& operator=(const Account&) = delete;
 
-  const int id;      // unique per account (use it to order locks if you like)
-  long balance;      // guarded by mutex
+  const int id;  // unique per account (use it to order locks if you like)
+  long balance;  // guarded by mutex
   std::mutex mutex;
 };
 

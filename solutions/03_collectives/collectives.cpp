@@ -29,9 +29,9 @@ void check_root(const char* fn, const char* what, int root) {
 void check_size(const char* fn, const char* buffer, std::size_t got, std::size_t want,
                 const char* rule) {
   if (got != want) {
-    throw dist::Error("rank " + std::to_string(dist::rank()) + ": " + fn + ": " + buffer +
-                      " has " + std::to_string(got) + " elements but must have " +
-                      std::to_string(want) + " (" + rule + ")");
+    throw dist::Error("rank " + std::to_string(dist::rank()) + ": " + fn + ": " + buffer + " has " +
+                      std::to_string(got) + " elements but must have " + std::to_string(want) +
+                      " (" + rule + ")");
   }
 }
 
@@ -349,15 +349,16 @@ void gather_tree(std::span<const float> in, std::span<float> out, int dst) {
     }
     if (vr + mask < p) {
       const auto child_blocks = static_cast<std::size_t>(std::min(mask, p - vr - mask));
-      dist::recv(std::span<float>(blocks.data() + static_cast<std::size_t>(mask) * m,
-                                  child_blocks * m),
-                 real_rank(vr + mask, dst, p));
+      dist::recv(
+          std::span<float>(blocks.data() + static_cast<std::size_t>(mask) * m, child_blocks * m),
+          real_rank(vr + mask, dst, p));
     }
   }
   for (int v = 0; v < p; ++v) {  // only dst gets here: relative block v is rank (v + dst) % p
     const auto from = blocks.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(v) * m);
     std::copy(from, from + static_cast<std::ptrdiff_t>(m),
-              out.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(real_rank(v, dst, p)) * m));
+              out.begin() +
+                  static_cast<std::ptrdiff_t>(static_cast<std::size_t>(real_rank(v, dst, p)) * m));
   }
   // END SOLUTION
 }
@@ -378,7 +379,9 @@ void all_gather_ring(std::span<const float> in, std::span<float> out) {
   const int p = dist::world_size();
   const int me = dist::rank();
   const std::size_t m = in.size();
-  auto block = [&](int b) { return out.subspan(static_cast<std::size_t>(((b % p) + p) % p) * m, m); };
+  auto block = [&](int b) {
+    return out.subspan(static_cast<std::size_t>(((b % p) + p) % p) * m, m);
+  };
   std::copy(in.begin(), in.end(), block(me).begin());
   const int right = (me + 1) % p;
   const int left = (me - 1 + p) % p;
@@ -409,7 +412,9 @@ void reduce_scatter_ring(std::span<const float> in, std::span<float> out, dist::
   const int p = dist::world_size();
   const int me = dist::rank();
   const std::size_t m = out.size();
-  auto input = [&](int c) { return in.subspan(static_cast<std::size_t>(((c % p) + p) % p) * m, m); };
+  auto input = [&](int c) {
+    return in.subspan(static_cast<std::size_t>(((c % p) + p) % p) * m, m);
+  };
   const int right = (me + 1) % p;
   const int left = (me - 1 + p) % p;
   std::vector<float> outgoing(input(me - 1).begin(), input(me - 1).end());

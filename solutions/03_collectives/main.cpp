@@ -44,7 +44,10 @@ struct Algorithm {
 
 std::vector<Algorithm> algorithms() {
   namespace c = collectives;
-  auto one = [](Buffers& b, std::size_t n, int) { b.a.assign(n, 1.0f); b.b.clear(); };
+  auto one = [](Buffers& b, std::size_t n, int) {
+    b.a.assign(n, 1.0f);
+    b.b.clear();
+  };
   auto gather_bufs = [](Buffers& b, std::size_t n, int p) {
     b.a.assign(n / static_cast<std::size_t>(p), 1.0f);
     b.b.assign(n, 0.0f);
@@ -61,19 +64,30 @@ std::vector<Algorithm> algorithms() {
   v.push_back({"broadcast", "tree", one, [=](Buffers& b) { c::broadcast_tree(span_a(b), 0); }});
   v.push_back({"broadcast", "ring", one, [=](Buffers& b) { c::broadcast_ring(span_a(b), 0); }});
   v.push_back({"broadcast", "built-in", one, [=](Buffers& b) { dist::broadcast(span_a(b), 0); }});
-  v.push_back({"reduce", "naive", one, [=](Buffers& b) { c::reduce_naive(span_a(b), 0, ReduceOp::Sum); }});
-  v.push_back({"reduce", "tree", one, [=](Buffers& b) { c::reduce_tree(span_a(b), 0, ReduceOp::Sum); }});
-  v.push_back({"reduce", "built-in", one, [=](Buffers& b) { dist::reduce(span_a(b), 0, ReduceOp::Sum); }});
-  v.push_back({"all-reduce", "naive", one, [=](Buffers& b) { c::all_reduce_naive(span_a(b), ReduceOp::Sum); }});
+  v.push_back(
+      {"reduce", "naive", one, [=](Buffers& b) { c::reduce_naive(span_a(b), 0, ReduceOp::Sum); }});
+  v.push_back(
+      {"reduce", "tree", one, [=](Buffers& b) { c::reduce_tree(span_a(b), 0, ReduceOp::Sum); }});
+  v.push_back(
+      {"reduce", "built-in", one, [=](Buffers& b) { dist::reduce(span_a(b), 0, ReduceOp::Sum); }});
+  v.push_back({"all-reduce", "naive", one,
+               [=](Buffers& b) { c::all_reduce_naive(span_a(b), ReduceOp::Sum); }});
   v.push_back({"all-reduce", "butterfly", one,
                [=](Buffers& b) { c::all_reduce_butterfly(span_a(b), ReduceOp::Sum); }});
-  v.push_back({"all-reduce", "ring", one, [=](Buffers& b) { c::all_reduce_ring(span_a(b), ReduceOp::Sum); }});
-  v.push_back({"all-reduce", "built-in", one, [=](Buffers& b) { dist::all_reduce(span_a(b), ReduceOp::Sum); }});
-  v.push_back({"gather", "naive", gather_bufs, [=](Buffers& b) { c::gather_naive(in_a(b), span_b(b), 0); }});
-  v.push_back({"gather", "tree", gather_bufs, [=](Buffers& b) { c::gather_tree(in_a(b), span_b(b), 0); }});
-  v.push_back({"gather", "built-in", gather_bufs, [=](Buffers& b) { dist::gather(in_a(b), span_b(b), 0); }});
-  v.push_back({"all-gather", "ring", gather_bufs, [=](Buffers& b) { c::all_gather_ring(in_a(b), span_b(b)); }});
-  v.push_back({"all-gather", "built-in", gather_bufs, [=](Buffers& b) { dist::all_gather(in_a(b), span_b(b)); }});
+  v.push_back({"all-reduce", "ring", one,
+               [=](Buffers& b) { c::all_reduce_ring(span_a(b), ReduceOp::Sum); }});
+  v.push_back({"all-reduce", "built-in", one,
+               [=](Buffers& b) { dist::all_reduce(span_a(b), ReduceOp::Sum); }});
+  v.push_back({"gather", "naive", gather_bufs,
+               [=](Buffers& b) { c::gather_naive(in_a(b), span_b(b), 0); }});
+  v.push_back(
+      {"gather", "tree", gather_bufs, [=](Buffers& b) { c::gather_tree(in_a(b), span_b(b), 0); }});
+  v.push_back({"gather", "built-in", gather_bufs,
+               [=](Buffers& b) { dist::gather(in_a(b), span_b(b), 0); }});
+  v.push_back({"all-gather", "ring", gather_bufs,
+               [=](Buffers& b) { c::all_gather_ring(in_a(b), span_b(b)); }});
+  v.push_back({"all-gather", "built-in", gather_bufs,
+               [=](Buffers& b) { dist::all_gather(in_a(b), span_b(b)); }});
   v.push_back({"reduce-scatter", "ring", scatter_bufs,
                [=](Buffers& b) { c::reduce_scatter_ring(in_a(b), span_b(b), ReduceOp::Sum); }});
   v.push_back({"reduce-scatter", "built-in", scatter_bufs,
@@ -158,15 +172,20 @@ std::string fmt_bytes(double b) {
 
 std::string fmt_time(double s) {
   char out[32];
-  if (s < 1e-3) std::snprintf(out, sizeof out, "%.1f us", s * 1e6);
-  else if (s < 1) std::snprintf(out, sizeof out, "%.2f ms", s * 1e3);
-  else std::snprintf(out, sizeof out, "%.2f s", s);
+  if (s < 1e-3)
+    std::snprintf(out, sizeof out, "%.1f us", s * 1e6);
+  else if (s < 1)
+    std::snprintf(out, sizeof out, "%.2f ms", s * 1e3);
+  else
+    std::snprintf(out, sizeof out, "%.2f s", s);
   return out;
 }
 
 std::string describe(const dist::NetworkModel& m) {
   std::ostringstream os;
-  auto gbs = [](double bps) { return std::to_string(static_cast<int>(bps / 1e9 * 100) / 100.0).substr(0, 5); };
+  auto gbs = [](double bps) {
+    return std::to_string(static_cast<int>(bps / 1e9 * 100) / 100.0).substr(0, 5);
+  };
   if (m.ranks_per_node > 0) {
     os << "two-level network: nodes of " << m.ranks_per_node << " ranks; inside a node alpha "
        << m.latency_s * 1e6 << " us, " << gbs(m.bandwidth_Bps) << " GB/s; between nodes alpha "
@@ -190,7 +209,8 @@ void print_collective(const std::string& collective, const std::vector<Row>& row
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       std::vector<const Row*> group;
       for (const auto& r : rows) {
-        if (r.collective == collective && r.world_size == p && r.bytes == floats_for(sizes[k], p) * 4) {
+        if (r.collective == collective && r.world_size == p &&
+            r.bytes == floats_for(sizes[k], p) * 4) {
           group.push_back(&r);
         }
       }
@@ -199,7 +219,9 @@ void print_collective(const std::string& collective, const std::vector<Row>& row
         if (r->status.empty() && (best == nullptr || r->sim_s < best->sim_s)) best = r;
       }
       // Algorithms within 0.5% of the best tie (e.g. every algorithm at 2 ranks).
-      auto ties = [&](const Row* r) { return best && r->status.empty() && r->sim_s <= best->sim_s * 1.005; };
+      auto ties = [&](const Row* r) {
+        return best && r->status.empty() && r->sim_s <= best->sim_s * 1.005;
+      };
       if (best) {
         // Name the one student algorithm that ties only with the built-in (same algorithm).
         std::vector<std::string> tied;
@@ -262,8 +284,8 @@ int main(int argc, char** argv) {
     const std::string trace = opts.trace_path;
     opts.trace_path.clear();  // one trace of one launch, written at the end
 
-    std::vector<int> world_sizes = full ? std::vector<int>{2, 3, 4, 6, 8, 12, 16}
-                                        : std::vector<int>{2, 4, 8, 16};
+    std::vector<int> world_sizes =
+        full ? std::vector<int>{2, 3, 4, 6, 8, 12, 16} : std::vector<int>{2, 4, 8, 16};
     if (app.count("--world-size") > 0) world_sizes = {flags->world_size};
     std::vector<std::size_t> sizes;
     for (std::size_t s = 4096; s <= (16u << 20); s *= full ? 4 : 16) sizes.push_back(s);
@@ -275,15 +297,17 @@ int main(int argc, char** argv) {
       }
     }
     if (algs.empty()) {
-      std::fprintf(stderr, "no such collective; use broadcast, reduce, all-reduce, gather, "
-                           "all-gather or reduce-scatter\n");
+      std::fprintf(stderr,
+                   "no such collective; use broadcast, reduce, all-reduce, gather, "
+                   "all-gather or reduce-scatter\n");
       return 2;
     }
 
-    std::printf("03_collectives: simulated time = the alpha-beta clock of the threads backend;\n"
-                "sent/rank = bytes sent by the busiest rank; sizes are the whole vector (gather,\n"
-                "all-gather: the output; reduce-scatter: the input). Root/destination: rank 0.\n%s\n",
-                describe(opts.network).c_str());
+    std::printf(
+        "03_collectives: simulated time = the alpha-beta clock of the threads backend;\n"
+        "sent/rank = bytes sent by the busiest rank; sizes are the whole vector (gather,\n"
+        "all-gather: the output; reduce-scatter: the input). Root/destination: rank 0.\n%s\n",
+        describe(opts.network).c_str());
     std::vector<Row> rows;
     for (const auto& a : algs) {
       for (int p : world_sizes) {
@@ -293,7 +317,8 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> order;
     for (const auto& a : algs) {
-      if (std::find(order.begin(), order.end(), a.collective) == order.end()) order.push_back(a.collective);
+      if (std::find(order.begin(), order.end(), a.collective) == order.end())
+        order.push_back(a.collective);
     }
     for (const auto& c : order) print_collective(c, rows, world_sizes, sizes);
 
@@ -315,7 +340,8 @@ int main(int argc, char** argv) {
       for (const auto& a : algs) {
         bool fine = true;
         for (const auto& r : rows) {
-          if (r.collective == a.collective && r.algorithm == a.name && !r.status.empty()) fine = false;
+          if (r.collective == a.collective && r.algorithm == a.name && !r.status.empty())
+            fine = false;
         }
         if (fine) ok.push_back(&a);
       }
@@ -329,8 +355,10 @@ int main(int argc, char** argv) {
           a->run(bufs);
         }
       });
-      std::printf("\nwrote the trace of every algorithm (1 MiB, %d ranks) to %s: open it in "
-                  "https://ui.perfetto.dev\n", opts.world_size, trace.c_str());
+      std::printf(
+          "\nwrote the trace of every algorithm (1 MiB, %d ranks) to %s: open it in "
+          "https://ui.perfetto.dev\n",
+          opts.world_size, trace.c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "run_03_collectives: %s\n", e.what());

@@ -217,9 +217,10 @@ Eigen::MatrixXf matmul_2d_blocks(const Eigen::MatrixXf& A, const Eigen::MatrixXf
   const int me = dist::rank();
   const int q = static_cast<int>(std::lround(std::sqrt(static_cast<double>(p))));
   if (q * q != p) {
-    throw std::invalid_argument("matmul_2d_blocks needs a square number of ranks (1, 4, 9, 16 ...) "
-                                "for its q x q grid, but p = " + std::to_string(p) +
-                                "; run it with --world-size 4 or 9, or use another strategy");
+    throw std::invalid_argument(
+        "matmul_2d_blocks needs a square number of ranks (1, 4, 9, 16 ...) "
+        "for its q x q grid, but p = " +
+        std::to_string(p) + "; run it with --world-size 4 or 9, or use another strategy");
   }
   const Shape s = share_shape(A, B);
   const Index rows_max = max_shard(s.m, q);

@@ -117,7 +117,8 @@ void softmax_cross_entropy_backward(const Matrix& probs, std::span<const std::in
   //   probabilities the forward saved (README: Tasks, 3; mlp.hpp)
   const float inv_b = 1.0f / static_cast<float>(probs.rows());
   dlogits = probs * inv_b;
-  for (Eigen::Index i = 0; i < probs.rows(); ++i) dlogits(i, labels[static_cast<std::size_t>(i)]) -= inv_b;
+  for (Eigen::Index i = 0; i < probs.rows(); ++i)
+    dlogits(i, labels[static_cast<std::size_t>(i)]) -= inv_b;
   // END SOLUTION
 }
 
@@ -139,9 +140,9 @@ void SGD::step() {
 
 const Matrix& MLP::forward(const Matrix& x) {
   if (x.cols() != config_.dim_in) {
-    throw std::invalid_argument("MLP::forward: input has " + std::to_string(x.cols()) +
-                                " columns, the model expects dim_in = " +
-                                std::to_string(config_.dim_in));
+    throw std::invalid_argument(
+        "MLP::forward: input has " + std::to_string(x.cols()) +
+        " columns, the model expects dim_in = " + std::to_string(config_.dim_in));
   }
   input_ = &x;
   // BEGIN SOLUTION: run the layers in order, keeping every pre-activation and activation that
@@ -233,8 +234,7 @@ void Config::validate() const {
   need(n_layers >= 1, "n_layers must be >= 1");
   need(dim_in >= 1 && n_classes >= 2 && dim_hidden >= 1,
        "dim_in and dim_hidden must be >= 1 and n_classes >= 2");
-  need(batch_size >= 1 && batch_size <= train_size,
-       "batch_size must be in [1, train_size]");
+  need(batch_size >= 1 && batch_size <= train_size, "batch_size must be in [1, train_size]");
   need(test_size >= 1, "test_size must be >= 1 (the test loss needs held-out rows)");
   need(niters >= 0, "niters must be >= 0");
   need(learning_rate > 0.0f, "learning_rate must be > 0");
@@ -268,7 +268,8 @@ MLP::MLP(const Config& config, std::uint64_t seed) : config_(config) {
     const int in = config_.layer_in(i), out = config_.layer_out(i);
     const float bound = 1.0f / std::sqrt(static_cast<float>(in));
     p.value.resize(out, in);
-    for (Eigen::Index k = 0; k < p.value.size(); ++k) p.value.data()[k] = rng.uniform(-bound, bound);
+    for (Eigen::Index k = 0; k < p.value.size(); ++k)
+      p.value.data()[k] = rng.uniform(-bound, bound);
     p.grad = Matrix::Zero(out, in);
   }
   z_.resize(static_cast<std::size_t>(n));
@@ -316,8 +317,8 @@ datasets::Split make_data(const Config& c) {
   d.class_sep = 3.0f;  // test loss ~1.2 after 1000 steps of the seed config (chance: ln 32 = 3.47)
   d.flip_y = 0.01f;
   d.seed = c.seed;
-  datasets::Split s = datasets::train_test_split(datasets::make_classification(d), c.test_size,
-                                                 c.seed + 1);
+  datasets::Split s =
+      datasets::train_test_split(datasets::make_classification(d), c.test_size, c.seed + 1);
   datasets::standardize(s);
   return s;
 }

@@ -30,7 +30,8 @@ bool check_parameter_closeness(const mlp::MLP& model, float rtol) {
   for (const auto* p : params) n += static_cast<std::size_t>(p->numel());
   std::vector<float> mine;
   mine.reserve(n);
-  for (const auto* p : params) mine.insert(mine.end(), p->value.data(), p->value.data() + p->numel());
+  for (const auto* p : params)
+    mine.insert(mine.end(), p->value.data(), p->value.data() + p->numel());
   const int world = dist::world_size();
   std::vector<float> all(dist::rank() == 0 ? n * static_cast<std::size_t>(world) : 0);
   dist::gather(std::span<const float>(mine), std::span<float>(all), 0);
@@ -55,7 +56,8 @@ bool check_parameter_closeness(const mlp::MLP& model, float rtol) {
 void all_reduce_gradients(mlp::MLP& model) {
   // BEGIN SOLUTION: after backward, make every rank's gradients the mean over the ranks
   //   (data_parallel.hpp, Task 3: why the mean and not the sum)
-  for (mlp::Parameter* p : model.parameters()) dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Avg);
+  for (mlp::Parameter* p : model.parameters())
+    dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Avg);
   // END SOLUTION
 }
 
@@ -98,7 +100,8 @@ void MyDP::on_gradient_ready(int index) {
   const auto k = static_cast<std::size_t>(index);
   Bucket& b = buckets_[static_cast<std::size_t>(bucket_of_[k])];
   const mlp::Parameter& p = *params_[k];
-  std::memcpy(b.buffer.data() + offset_[k], p.grad.data(), static_cast<std::size_t>(p.numel()) * sizeof(float));
+  std::memcpy(b.buffer.data() + offset_[k], p.grad.data(),
+              static_cast<std::size_t>(p.numel()) * sizeof(float));
   if (++b.ready == static_cast<int>(b.params.size())) {
     b.work = dist::all_reduce_async(std::span<float>(b.buffer), dist::ReduceOp::Avg);
     b.launched = true;
@@ -114,7 +117,8 @@ void MyDP::finish_gradient_sync() {
     Bucket& b = buckets_[bi];
     if (!b.launched) {
       throw std::logic_error("MyDP::finish_gradient_sync: bucket " + std::to_string(bi) + " got " +
-                             std::to_string(b.ready) + " of its " + std::to_string(b.params.size()) +
+                             std::to_string(b.ready) + " of its " +
+                             std::to_string(b.params.size()) +
                              " gradients; call model.backward() before finish_gradient_sync()");
     }
     b.work.wait();
@@ -137,7 +141,8 @@ MyDP::MyDP(mlp::MLP& model, std::size_t bucket_cap_bytes)
   build_buckets();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const int index = static_cast<int>(i);
-    hook_handles_.push_back(params_[i]->add_hook([this, index](mlp::Parameter&) { on_gradient_ready(index); }));
+    hook_handles_.push_back(
+        params_[i]->add_hook([this, index](mlp::Parameter&) { on_gradient_ready(index); }));
   }
   broadcast_parameters();
 }

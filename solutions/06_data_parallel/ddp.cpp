@@ -14,7 +14,8 @@ KitDDP::KitDDP(mlp::MLP& model) : model_(model) {
 }
 
 void KitDDP::finish_gradient_sync() {
-  for (mlp::Parameter* p : model_.parameters()) dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Avg);
+  for (mlp::Parameter* p : model_.parameters())
+    dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Avg);
 }
 
 double StepFlops::backward_total() const {
@@ -41,7 +42,8 @@ ComputeModel::ComputeModel(mlp::MLP& model, int batch_size, double flops_per_s)
   const auto params = model_.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const double seconds = flops.backward[i] / flops_per_s_;
-    handles_.push_back(params[i]->add_hook([seconds](mlp::Parameter&) { dist::sim_compute(seconds, "backward"); }));
+    handles_.push_back(params[i]->add_hook(
+        [seconds](mlp::Parameter&) { dist::sim_compute(seconds, "backward"); }));
   }
 }
 
@@ -56,9 +58,12 @@ void ComputeModel::charge_forward() const {
 
 const char* to_string(Sync s) {
   switch (s) {
-    case Sync::Kit: return "kit DDP";
-    case Sync::Manual: return "all_reduce_gradients after backward";
-    case Sync::MyDP: return "MyDP (buckets, overlap)";
+    case Sync::Kit:
+      return "kit DDP";
+    case Sync::Manual:
+      return "all_reduce_gradients after backward";
+    case Sync::MyDP:
+      return "MyDP (buckets, overlap)";
   }
   return "?";
 }
@@ -108,7 +113,8 @@ std::vector<mlp::LogLine> train_data_parallel(const mlp::Config& c, const datase
   const int rank = dist::rank(), world = dist::world_size();
   mlp::MLP model(c, c.seed + 2 + static_cast<std::uint64_t>(rank));
   std::unique_ptr<ComputeModel> compute;
-  if (o.compute_flops_per_s > 0) compute = std::make_unique<ComputeModel>(model, c.batch_size, o.compute_flops_per_s);
+  if (o.compute_flops_per_s > 0)
+    compute = std::make_unique<ComputeModel>(model, c.batch_size, o.compute_flops_per_s);
   const SyncWrapper wrapper(model, o.sync, o.bucket_cap_bytes);
   mlp::SGD opt(model.parameters(), c.learning_rate);
   const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);

@@ -66,20 +66,25 @@ SimResult simulate(dist::LaunchOptions launch, const mlp::Config& c, const datas
 
 int main(int argc, char** argv) {
   mlp::Config c;
-  c.niters = 300;  // 300 steps x 4 ranks = 1200 batches: the seed config's data, in well under a minute
+  c.niters =
+      300;  // 300 steps x 4 ranks = 1200 batches: the seed config's data, in well under a minute
   std::string sync = "mydp";
   double bucket_mib = 1.0;
   double gflops = 80.0;
   int sim_steps = 3;
   CLI::App app{"06_data_parallel: data-parallel training of the MLP, and MyDP's overlap"};
   auto launch_flags = distlab::add_launch_options(app);
-  app.add_option("--sync", sync, "kit, manual or mydp")->check(CLI::IsMember({"kit", "manual", "mydp"}));
+  app.add_option("--sync", sync, "kit, manual or mydp")
+      ->check(CLI::IsMember({"kit", "manual", "mydp"}));
   app.add_option("--bucket-mib", bucket_mib, "MyDP bucket cap in MiB");
   app.add_option("--gflops", gflops, "modelled compute speed per rank for the simulated steps");
-  app.add_option("--sim-steps", sim_steps, "simulated steps per variant")->check(CLI::PositiveNumber);
+  app.add_option("--sim-steps", sim_steps, "simulated steps per variant")
+      ->check(CLI::PositiveNumber);
   app.add_option("--niters", c.niters, "training steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--batch-size", c.batch_size, "rows per rank per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr,--learning-rate", c.learning_rate, "SGD step size")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", c.batch_size, "rows per rank per step")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr,--learning-rate", c.learning_rate, "SGD step size")
+      ->check(CLI::PositiveNumber);
   app.add_option("--dim-hidden", c.dim_hidden, "hidden width")->check(CLI::PositiveNumber);
   app.add_option("--n-layers", c.n_layers, "linear layers")->check(CLI::PositiveNumber);
   app.add_option("--seed", c.seed, "seed");
@@ -113,24 +118,32 @@ int main(int argc, char** argv) {
     const auto params = shape.parameters();
     std::printf("\nsimulated step (compute modelled at %.0f GFLOP/s per rank, %d ranks):\n", gflops,
                 launch.world_size);
-    std::printf("  compute per rank and step : forward %.1f MFLOP, backward %.1f MFLOP\n"
-                "  (backward is less than 2x forward: the first layer, %.0f%% of the %lld "
-                "parameters, has no input gradient)\n",
-                flops.forward / 1e6, flops.backward_total() / 1e6,
-                100.0 * static_cast<double>(params.front()->numel()) / static_cast<double>(shape.num_parameters()),
-                static_cast<long long>(shape.num_parameters()));
+    std::printf(
+        "  compute per rank and step : forward %.1f MFLOP, backward %.1f MFLOP\n"
+        "  (backward is less than 2x forward: the first layer, %.0f%% of the %lld "
+        "parameters, has no input gradient)\n",
+        flops.forward / 1e6, flops.backward_total() / 1e6,
+        100.0 * static_cast<double>(params.front()->numel()) /
+            static_cast<double>(shape.num_parameters()),
+        static_cast<long long>(shape.num_parameters()));
     const SimResult after = simulate(launch, c, data, dp::Sync::Manual, 0, gflops * 1e9, sim_steps);
     std::printf("  all-reduce after backward : %8.3f ms\n", after.step_s * 1e3);
     launch.trace_path = trace;
-    const SimResult overlap = simulate(launch, c, data, dp::Sync::MyDP, o.bucket_cap_bytes, gflops * 1e9, sim_steps);
-    std::printf("  MyDP, overlapped buckets  : %8.3f ms  (bucket cap %.2f MiB)\n", overlap.step_s * 1e3, bucket_mib);
+    const SimResult overlap =
+        simulate(launch, c, data, dp::Sync::MyDP, o.bucket_cap_bytes, gflops * 1e9, sim_steps);
+    std::printf("  MyDP, overlapped buckets  : %8.3f ms  (bucket cap %.2f MiB)\n",
+                overlap.step_s * 1e3, bucket_mib);
     std::printf("\ntraffic per rank over %d MyDP steps:\n", sim_steps);
     for (std::size_t r = 0; r < overlap.stats.size(); ++r) {
       const auto& s = overlap.stats[r];
-      std::printf("  rank %zu: sent %llu messages, %.2f MB | received %llu messages, %.2f MB | %llu collectives\n", r,
-                  static_cast<unsigned long long>(s.messages_sent), static_cast<double>(s.bytes_sent) / 1e6,
-                  static_cast<unsigned long long>(s.messages_received), static_cast<double>(s.bytes_received) / 1e6,
-                  static_cast<unsigned long long>(s.builtin_collectives));
+      std::printf(
+          "  rank %zu: sent %llu messages, %.2f MB | received %llu messages, %.2f MB | %llu "
+          "collectives\n",
+          r, static_cast<unsigned long long>(s.messages_sent),
+          static_cast<double>(s.bytes_sent) / 1e6,
+          static_cast<unsigned long long>(s.messages_received),
+          static_cast<double>(s.bytes_received) / 1e6,
+          static_cast<unsigned long long>(s.builtin_collectives));
     }
     if (!trace.empty()) std::printf("\ntrace of the MyDP steps written to %s\n", trace.c_str());
   } catch (const distlab::NotImplemented& e) {

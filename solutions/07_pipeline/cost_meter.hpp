@@ -38,8 +38,8 @@ struct CostModel {
 class ActivationMeter {
  public:
   struct Sample {
-    double t;             // simulated seconds
-    std::int64_t bytes;   // stashed bytes after the change
+    double t;            // simulated seconds
+    std::int64_t bytes;  // stashed bytes after the change
   };
 
   void add(std::int64_t bytes) {

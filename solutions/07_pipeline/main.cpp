@@ -44,7 +44,8 @@ Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& 
     pp::Matrix x;
     pp::Labels y;
     loader.load(0, x, y);
-    const pp::StepMeasure m = pp::measured_step(stage, opt, pp::Batch{x, y, c.microbatches}, c.schedule);
+    const pp::StepMeasure m =
+        pp::measured_step(stage, opt, pp::Batch{x, y, c.microbatches}, c.schedule);
     std::lock_guard<std::mutex> g(mu);
     out.ranks[static_cast<std::size_t>(rank)] = m;
   });
@@ -53,7 +54,8 @@ Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& 
 
 /// Equal stages (every layer width x width) and free communication: the formulas' setting.
 /// With csv_path set, also writes one row per (schedule, m) there.
-void sweep(int stages, int width, int layers_per_stage, double gflops, const std::string& csv_path) {
+void sweep(int stages, int width, int layers_per_stage, double gflops,
+           const std::string& csv_path) {
   pp::PipelineConfig c;
   c.model.n_layers = stages * layers_per_stage;
   c.model.dim_in = c.model.dim_hidden = c.model.n_classes = width;
@@ -66,26 +68,30 @@ void sweep(int stages, int width, int layers_per_stage, double gflops, const std
   launch.world_size = stages;
   launch.network.latency_s = 0;
   launch.network.bandwidth_Bps = 1e30;
-  std::printf("bubble fraction and peak stash (microbatches, stage 0) vs m: %d equal stages of %d "
-              "layers %dx%d, batch %d, free communication\n", stages, layers_per_stage, width, width,
-              c.model.batch_size);
-  std::printf("%4s | %-28s | %-28s | %-28s\n", "m", "naive  bubble (formula) peak", "gpipe  bubble (formula) peak",
-              "1f1b   bubble (formula) peak");
+  std::printf(
+      "bubble fraction and peak stash (microbatches, stage 0) vs m: %d equal stages of %d "
+      "layers %dx%d, batch %d, free communication\n",
+      stages, layers_per_stage, width, width, c.model.batch_size);
+  std::printf("%4s | %-28s | %-28s | %-28s\n", "m", "naive  bubble (formula) peak",
+              "gpipe  bubble (formula) peak", "1f1b   bubble (formula) peak");
   std::FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
   if (!csv_path.empty() && csv == nullptr) throw std::runtime_error("cannot write " + csv_path);
-  if (csv) std::fprintf(csv, "schedule,stages,microbatches,step_s,bubble,bubble_formula,peak_microbatches_stage0,peak_bytes_stage0\n");
+  if (csv)
+    std::fprintf(csv,
+                 "schedule,stages,microbatches,step_s,bubble,bubble_formula,peak_microbatches_"
+                 "stage0,peak_bytes_stage0\n");
   for (int m : {1, 2, 4, 8, 16, 32, 64}) {
     c.microbatches = m;
     std::printf("%4d", m);
     for (pp::Schedule s : {pp::Schedule::Naive, pp::Schedule::GPipe, pp::Schedule::OneFOneB}) {
       c.schedule = s;
       const Simulated r = simulate(launch, c, data);
-      std::printf(" | %6.4f (%6.4f) %4d        ", r.ranks[0].bubble, pp::formula_bubble(s, stages, m),
-                  r.ranks[0].peak_microbatches);
+      std::printf(" | %6.4f (%6.4f) %4d        ", r.ranks[0].bubble,
+                  pp::formula_bubble(s, stages, m), r.ranks[0].peak_microbatches);
       if (csv) {
-        std::fprintf(csv, "%s,%d,%d,%.9g,%.6f,%.6f,%d,%lld\n", pp::to_string(s), stages, m, r.ranks[0].step_s,
-                     r.ranks[0].bubble, pp::formula_bubble(s, stages, m), r.ranks[0].peak_microbatches,
-                     static_cast<long long>(r.ranks[0].peak_bytes));
+        std::fprintf(csv, "%s,%d,%d,%.9g,%.6f,%.6f,%d,%lld\n", pp::to_string(s), stages, m,
+                     r.ranks[0].step_s, r.ranks[0].bubble, pp::formula_bubble(s, stages, m),
+                     r.ranks[0].peak_microbatches, static_cast<long long>(r.ranks[0].peak_bytes));
       }
     }
     std::printf("\n");
@@ -109,27 +115,36 @@ int main(int argc, char** argv) {
   int timeline_columns = 96;
   CLI::App app{"07_pipeline: the MLP cut into stages, trained with naive, GPipe or 1F1B schedules"};
   auto launch_flags = distlab::add_launch_options(app);
-  app.add_option("--stages", stages, "pipeline stages (= ranks; overrides --world-size)")->check(CLI::PositiveNumber);
-  app.add_option("--microbatches,-m", c.microbatches, "microbatches per batch")->check(CLI::PositiveNumber);
-  app.add_option("--schedule", schedule, "naive, gpipe or 1f1b")->check(CLI::IsMember({"naive", "gpipe", "1f1b"}));
-  app.add_option("--gflops", gflops, "modelled compute speed per stage (GFLOP/s)")->check(CLI::PositiveNumber);
+  app.add_option("--stages", stages, "pipeline stages (= ranks; overrides --world-size)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--microbatches,-m", c.microbatches, "microbatches per batch")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--schedule", schedule, "naive, gpipe or 1f1b")
+      ->check(CLI::IsMember({"naive", "gpipe", "1f1b"}));
+  app.add_option("--gflops", gflops, "modelled compute speed per stage (GFLOP/s)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--niters", c.model.niters, "training steps")->check(CLI::NonNegativeNumber);
   app.add_option("--batch-size", c.model.batch_size, "rows per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr,--learning-rate", c.model.learning_rate, "SGD step size")->check(CLI::PositiveNumber);
+  app.add_option("--lr,--learning-rate", c.model.learning_rate, "SGD step size")
+      ->check(CLI::PositiveNumber);
   app.add_option("--n-layers", c.model.n_layers, "linear layers")->check(CLI::PositiveNumber);
   app.add_option("--dim-in", c.model.dim_in, "input features")->check(CLI::PositiveNumber);
   app.add_option("--dim-hidden", c.model.dim_hidden, "hidden width")->check(CLI::PositiveNumber);
   app.add_option("--seed", c.model.seed, "seed");
-  app.add_option("--log-every", c.model.log_every, "steps between log lines")->check(CLI::PositiveNumber);
-  app.add_option("--columns", timeline_columns, "width of the text timeline")->check(CLI::Range(20, 1000));
-  app.add_flag("--sweep", do_sweep, "print bubble and peak stash vs m for the three schedules instead");
+  app.add_option("--log-every", c.model.log_every, "steps between log lines")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--columns", timeline_columns, "width of the text timeline")
+      ->check(CLI::Range(20, 1000));
+  app.add_flag("--sweep", do_sweep,
+               "print bubble and peak stash vs m for the three schedules instead");
   app.add_option("--csv", csv_path, "with --sweep: also write the table to this CSV file");
   CLI11_PARSE(app, argc, argv);
 
   try {
     dist::LaunchOptions launch = launch_flags->resolve();
     if (stages > 0) launch.world_size = stages;
-    if (const char* job = std::getenv("OMPI_COMM_WORLD_SIZE")) launch.world_size = std::atoi(job);  // mpirun's size wins
+    if (const char* job = std::getenv("OMPI_COMM_WORLD_SIZE"))
+      launch.world_size = std::atoi(job);  // mpirun's size wins
     c.schedule = pp::schedule_from_string(schedule);
     c.cost.flops_per_s = gflops * 1e9;
     if (do_sweep) {
@@ -141,10 +156,11 @@ int main(int argc, char** argv) {
     const std::string trace = launch.trace_path;
     launch.trace_path.clear();  // the trace covers the simulated step only
     const datasets::Split data = mlp::make_data(c.model);
-    const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");  // under mpirun: print from rank 0 only
+    const char* mpi_rank =
+        std::getenv("OMPI_COMM_WORLD_RANK");  // under mpirun: print from rank 0 only
     if (mpi_rank == nullptr || std::string(mpi_rank) == "0") {
-      std::printf("%sstages = %d\nmicrobatches = %d\nschedule = %s\n\n", mlp::describe(c.model).c_str(), p,
-                  c.microbatches, pp::to_string(c.schedule));
+      std::printf("%sstages = %d\nmicrobatches = %d\nschedule = %s\n\n",
+                  mlp::describe(c.model).c_str(), p, c.microbatches, pp::to_string(c.schedule));
     }
     std::fflush(stdout);
     dist::launch(launch, [&] {
@@ -157,27 +173,32 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       });
     });
-    if (launch.backend != dist::Backend::Threads) return 0;  // the simulated clock is the threads backend's
+    if (launch.backend != dist::Backend::Threads)
+      return 0;  // the simulated clock is the threads backend's
 
     launch.trace_path = trace;
     const Simulated sim = simulate(launch, c, data);
     const pp::StepMeasure& r0 = sim.ranks[0];
     std::printf("\nsimulated step (%s, p = %d, m = %d, compute at %.0f GFLOP/s per stage):\n",
-                pp::to_string(c.schedule), p, c.schedule == pp::Schedule::Naive ? 1 : c.microbatches, gflops);
-    std::printf("  step time %.3f ms | bubble fraction %.4f measured, %.4f for equal stages with free "
-                "communication ((p-1)/%s)\n", r0.step_s * 1e3, r0.bubble,
-                pp::formula_bubble(c.schedule, p, c.microbatches),
-                c.schedule == pp::Schedule::Naive ? "p" : "(m+p-1)");
+                pp::to_string(c.schedule), p,
+                c.schedule == pp::Schedule::Naive ? 1 : c.microbatches, gflops);
+    std::printf(
+        "  step time %.3f ms | bubble fraction %.4f measured, %.4f for equal stages with free "
+        "communication ((p-1)/%s)\n",
+        r0.step_s * 1e3, r0.bubble, pp::formula_bubble(c.schedule, p, c.microbatches),
+        c.schedule == pp::Schedule::Naive ? "p" : "(m+p-1)");
     std::vector<std::vector<pp::Stage::Span>> spans;
     std::vector<std::vector<pp::ActivationMeter::Sample>> memory;
     for (int r = 0; r < p; ++r) {
       const pp::StepMeasure& m = sim.ranks[static_cast<std::size_t>(r)];
       const pp::Range layers = pp::stage_layers(c.model.n_layers, p, r);
-      std::printf("  stage %d: layers [%d, %d) | busy %.3f ms (%.1f%%) | peak stash %d microbatches, "
-                  "%.1f KiB | sent %llu messages, %.1f KiB\n", r, layers.begin, layers.end(), m.busy_s * 1e3,
-                  100.0 * m.busy_s / r0.step_s, m.peak_microbatches, static_cast<double>(m.peak_bytes) / 1024.0,
-                  static_cast<unsigned long long>(m.stats.messages_sent),
-                  static_cast<double>(m.stats.bytes_sent) / 1024.0);
+      std::printf(
+          "  stage %d: layers [%d, %d) | busy %.3f ms (%.1f%%) | peak stash %d microbatches, "
+          "%.1f KiB | sent %llu messages, %.1f KiB\n",
+          r, layers.begin, layers.end(), m.busy_s * 1e3, 100.0 * m.busy_s / r0.step_s,
+          m.peak_microbatches, static_cast<double>(m.peak_bytes) / 1024.0,
+          static_cast<unsigned long long>(m.stats.messages_sent),
+          static_cast<double>(m.stats.bytes_sent) / 1024.0);
       spans.push_back(m.spans);
       std::vector<pp::ActivationMeter::Sample> abs;
       for (const auto& s : m.memory) abs.push_back({s.t + m.t0, s.bytes});
@@ -189,9 +210,12 @@ int main(int argc, char** argv) {
       busy_max = std::max(busy_max, m.busy_s);
     }
     if (busy_max > 1.05 * busy_min) {
-      std::printf("  the stages are unequal (the busiest computes %.1fx the least busy): it sets the pace and the "
-                  "others wait, which (with the messages' cost) makes the bubble larger than the formula's\n",
-                  busy_max / busy_min);
+      std::printf(
+          "  the stages are unequal (the busiest computes %.1fx the least busy): it sets the pace "
+          "and the "
+          "others wait, which (with the messages' cost) makes the bubble larger than the "
+          "formula's\n",
+          busy_max / busy_min);
     }
     std::printf("\ntimeline (F<i>: forward of microbatch i, B<i>: backward, '.': idle):\n%s",
                 pp::render_timeline(spans, timeline_columns).c_str());

@@ -66,8 +66,8 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
 void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
   if (dy.cols() != out_features()) {
     throw std::invalid_argument("Stage::backward: stage " + std::to_string(stage_) + " expects a " +
-                                "gradient of " + std::to_string(out_features()) + " features, got " +
-                                std::to_string(dy.cols()));
+                                "gradient of " + std::to_string(out_features()) +
+                                " features, got " + std::to_string(dy.cols()));
   }
   // BEGIN SOLUTION: backpropagate dy through this stage's layers from the microbatch's stash,
   //   charging the modelled compute, ADDING each weight gradient (microbatches accumulate), and
@@ -172,7 +172,8 @@ const Matrix& forward_step(Stage& stage, const Batch& batch, int i, StepState& s
     const std::span<const std::int32_t> labels(batch.y.data() + rows.begin,
                                                static_cast<std::size_t>(rows.size));
     const float weight = static_cast<float>(rows.size) / static_cast<float>(batch.rows());
-    st.loss += static_cast<double>(weight) * mlp::softmax_cross_entropy_forward(*out, labels, st.probs);
+    st.loss +=
+        static_cast<double>(weight) * mlp::softmax_cross_entropy_forward(*out, labels, st.probs);
     Matrix dlogits;
     mlp::softmax_cross_entropy_backward(st.probs, labels, dlogits);
     dlogits *= weight;  // the batch's loss is the row-weighted mean of the microbatches' losses
@@ -279,9 +280,15 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
   //   (README: Tasks, 7)
   stage.zero_grad();
   switch (schedule) {
-    case Schedule::Naive: run_naive(stage, batch, st); break;
-    case Schedule::GPipe: run_gpipe(stage, batch, st); break;
-    case Schedule::OneFOneB: run_1f1b(stage, batch, st); break;
+    case Schedule::Naive:
+      run_naive(stage, batch, st);
+      break;
+    case Schedule::GPipe:
+      run_gpipe(stage, batch, st);
+      break;
+    case Schedule::OneFOneB:
+      run_1f1b(stage, batch, st);
+      break;
   }
   opt.step();
   // END SOLUTION
@@ -293,9 +300,12 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
 
 const char* to_string(Schedule s) {
   switch (s) {
-    case Schedule::Naive: return "naive";
-    case Schedule::GPipe: return "gpipe";
-    case Schedule::OneFOneB: return "1f1b";
+    case Schedule::Naive:
+      return "naive";
+    case Schedule::GPipe:
+      return "gpipe";
+    case Schedule::OneFOneB:
+      return "1f1b";
   }
   return "?";
 }
@@ -309,9 +319,9 @@ Schedule schedule_from_string(const std::string& name) {
 
 Range shard_range(int n, int parts, int index) {
   if (n < 0 || parts < 1 || index < 0 || index >= parts) {
-    throw std::invalid_argument("shard_range(n=" + std::to_string(n) + ", parts=" +
-                                std::to_string(parts) + ", index=" + std::to_string(index) +
-                                "): need n >= 0, parts >= 1 and 0 <= index < parts");
+    throw std::invalid_argument(
+        "shard_range(n=" + std::to_string(n) + ", parts=" + std::to_string(parts) +
+        ", index=" + std::to_string(index) + "): need n >= 0, parts >= 1 and 0 <= index < parts");
   }
   const int base = n / parts;
   const int extra = n % parts;

@@ -30,8 +30,8 @@ TEST(OptionsFromArgs, DefaultsAreTheLaunchOptionsDefaults) {
 
 TEST(OptionsFromArgs, ReadsEveryDocumentedFlag) {
   const dist::LaunchOptions o =
-      parse({"-n", "3", "--trace", "t.json", "--timeout-ms", "1500", "--latency", "2e-6", "--bandwidth", "5e9",
-             "--reduce-bandwidth", "1e10"});
+      parse({"-n", "3", "--trace", "t.json", "--timeout-ms", "1500", "--latency", "2e-6",
+             "--bandwidth", "5e9", "--reduce-bandwidth", "1e10"});
   EXPECT_EQ(o.world_size, 3);
   EXPECT_EQ(o.trace_path, "t.json");
   EXPECT_EQ(o.timeout.count(), 1500);
@@ -42,7 +42,8 @@ TEST(OptionsFromArgs, ReadsEveryDocumentedFlag) {
 }
 
 TEST(OptionsFromArgs, TwoLevelNetworkTakesRanksPerNodeAndOverrides) {
-  const dist::LaunchOptions o = parse({"--network", "two-level", "--ranks-per-node", "2", "--latency", "3e-6"});
+  const dist::LaunchOptions o =
+      parse({"--network", "two-level", "--ranks-per-node", "2", "--latency", "3e-6"});
   const dist::NetworkModel m = dist::NetworkModel::two_level(2);
   EXPECT_EQ(o.network.ranks_per_node, 2);
   EXPECT_DOUBLE_EQ(o.network.latency_s, 3e-6);

@@ -23,8 +23,8 @@ using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 using Labels = std::vector<std::int32_t>;
 
 struct Dataset {
-  Matrix x;           // n x dim features, one sample per row
-  Labels y;           // n labels in [0, n_classes)
+  Matrix x;  // n x dim features, one sample per row
+  Labels y;  // n labels in [0, n_classes)
   int n_classes = 0;
 
   std::int64_t size() const { return x.rows(); }
@@ -37,10 +37,10 @@ struct ClassificationConfig {
   int n_informative = 2;          // dimensions of the hypercube that carries the classes
   int n_redundant = 2;            // random linear combinations of the informative features
   int n_classes = 2;
-  int n_clusters_per_class = 2;   // n_classes * n_clusters_per_class <= 2^n_informative
-  float class_sep = 1.0f;         // half the hypercube's side: larger = easier
-  float flip_y = 0.01f;           // fraction of labels replaced by a random class
-  bool shuffle = true;            // shuffle rows and columns
+  int n_clusters_per_class = 2;  // n_classes * n_clusters_per_class <= 2^n_informative
+  float class_sep = 1.0f;        // half the hypercube's side: larger = easier
+  float flip_y = 0.01f;          // fraction of labels replaced by a random class
+  bool shuffle = true;           // shuffle rows and columns
   std::uint64_t seed = 0;
 };
 

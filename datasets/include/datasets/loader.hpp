@@ -35,7 +35,7 @@ class BatchLoader {
   int batch_size_;
   std::uint64_t seed_;
   std::int64_t batches_per_epoch_;
-  mutable std::int64_t epoch_ = -1;             // the epoch whose permutation is cached
+  mutable std::int64_t epoch_ = -1;  // the epoch whose permutation is cached
   mutable std::vector<std::int64_t> perm_;
   mutable std::vector<std::int64_t> scratch_;
 };

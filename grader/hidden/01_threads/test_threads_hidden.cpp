@@ -61,9 +61,11 @@ TEST(HiddenChunkBounds, HugeCountsDoNotOverflow) {
 
 TEST(HiddenParallelSum, EveryThreadCountUpTo33) {
   std::vector<double> data(1001);
-  for (std::size_t i = 0; i < data.size(); ++i) data[i] = (i % 2 ? -1.0 : 1.0) * static_cast<double>(i);
+  for (std::size_t i = 0; i < data.size(); ++i)
+    data[i] = (i % 2 ? -1.0 : 1.0) * static_cast<double>(i);
   const double want = std::accumulate(data.begin(), data.end(), 0.0);  // exact: integers
-  for (int k = 1; k <= 33; ++k) EXPECT_EQ(threads::parallel_sum(data, k), want) << "n_threads=" << k;
+  for (int k = 1; k <= 33; ++k)
+    EXPECT_EQ(threads::parallel_sum(data, k), want) << "n_threads=" << k;
 }
 
 TEST(HiddenParallelSum, LargeInputWithinRoundingBound) {
@@ -72,7 +74,8 @@ TEST(HiddenParallelSum, LargeInputWithinRoundingBound) {
   const double want = std::accumulate(data.begin(), data.end(), 0.0);
   double abs_sum = 0;
   for (double x : data) abs_sum += std::abs(x);
-  const double tol = static_cast<double>(data.size()) * std::numeric_limits<double>::epsilon() * abs_sum;
+  const double tol =
+      static_cast<double>(data.size()) * std::numeric_limits<double>::epsilon() * abs_sum;
   for (int k : {2, 5, 16}) EXPECT_NEAR(threads::parallel_sum(data, k), want, tol) << k;
 }
 
@@ -125,12 +128,13 @@ TEST(HiddenParallelFor, SeveralFailingItemsAndReuseAfterFailure) {
 TEST(HiddenParallelMap, SleepingItemsRunInParallel) {
   std::vector<double> xs(6, 1.0);
   distlab::Stopwatch sw;
-  const auto ys = threads::parallel_map(xs,
-                                        [](double x) {
-                                          std::this_thread::sleep_for(100ms);
-                                          return 2 * x;
-                                        },
-                                        3);
+  const auto ys = threads::parallel_map(
+      xs,
+      [](double x) {
+        std::this_thread::sleep_for(100ms);
+        return 2 * x;
+      },
+      3);
   EXPECT_LT(sw.elapsed_s(), 0.6 * 0.6);
   EXPECT_EQ(ys, std::vector<double>(6, 2.0));
 }
@@ -146,7 +150,8 @@ TEST(HiddenTrajectories, LargerDataSetAndEdgeShapes) {
     ASSERT_EQ(ref[i * 301], threads::initial_state(cfg, i)) << "row " << i << " starts at x0";
   }
   for (int w = 2; w <= 8; ++w) {
-    ASSERT_TRUE(distlab::testing::elements_near<double>(threads::generate_trajectories(cfg, w), ref))
+    ASSERT_TRUE(
+        distlab::testing::elements_near<double>(threads::generate_trajectories(cfg, w), ref))
         << w << " workers";
   }
   threads::OdeConfig empty = cfg;

@@ -96,9 +96,10 @@ TEST(HiddenLockOrdering, ThreeAccountCycleNeverDeadlocks) {
   ASSERT_TRUE(r.finished) << "deadlock: three threads transferring around a -> b -> c -> a did not "
                              "finish within 10 s: each holds one lock and waits for the next; take "
                              "the two locks in a way that no cycle of waiting threads can form";
-  EXPECT_EQ(r.message, "ok") << (r.message.empty() ? "the child process stopped without a result: it crashed, or "
-                                                   "ThreadSanitizer stopped it (report above)"
-                                                 : r.message);
+  EXPECT_EQ(r.message, "ok") << (r.message.empty()
+                                     ? "the child process stopped without a result: it crashed, or "
+                                       "ThreadSanitizer stopped it (report above)"
+                                     : r.message);
 }
 
 TEST(HiddenLockOrdering, TransferToItselfWhileOthersTransfer) {
@@ -122,13 +123,16 @@ TEST(HiddenLockOrdering, TransferToItselfWhileOthersTransfer) {
                          std::to_string(100 + 20000);
       },
       10.0);
-  ASSERT_TRUE(r.finished) << "transfer(a, a, ...) must not lock the same mutex twice (self-deadlock)";
-  EXPECT_EQ(r.message, "ok") << "an empty message: the child crashed, or ThreadSanitizer stopped it";
+  ASSERT_TRUE(r.finished)
+      << "transfer(a, a, ...) must not lock the same mutex twice (self-deadlock)";
+  EXPECT_EQ(r.message, "ok")
+      << "an empty message: the child crashed, or ThreadSanitizer stopped it";
 }
 
 TEST(HiddenRandomStreams, ManyRanksAllDistinctAndBadRankRejected) {
   std::unordered_set<std::uint64_t> seeds;
-  for (int rank = 0; rank < 100000; ++rank) seeds.insert(races::stream_seed(5, rank, races::Purpose::Data));
+  for (int rank = 0; rank < 100000; ++rank)
+    seeds.insert(races::stream_seed(5, rank, races::Purpose::Data));
   EXPECT_EQ(seeds.size(), 100000u) << "data stream seeds of ranks 0..99999 must all differ";
   EXPECT_THROW(races::stream_seed(5, -1, races::Purpose::Data), std::invalid_argument);
   EXPECT_EQ(races::stream_seed(5, 70000, races::Purpose::ModelInit),

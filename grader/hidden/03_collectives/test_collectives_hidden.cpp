@@ -50,13 +50,16 @@ double tree_rounds(const dist::NetworkModel& m, int p, std::size_t bytes) {
 // ---- values at larger world sizes -------------------------------------------------------------
 
 TEST(BroadcastNaive, ValuesLarge) {
-  check_broadcast_values(collectives::broadcast_naive, "broadcast_naive", kWorldSizes, kCounts, false);
+  check_broadcast_values(collectives::broadcast_naive, "broadcast_naive", kWorldSizes, kCounts,
+                         false);
 }
 TEST(BroadcastTree, ValuesLarge) {
-  check_broadcast_values(collectives::broadcast_tree, "broadcast_tree", kWorldSizes, kCounts, false);
+  check_broadcast_values(collectives::broadcast_tree, "broadcast_tree", kWorldSizes, kCounts,
+                         false);
 }
 TEST(BroadcastRing, ValuesLarge) {
-  check_broadcast_values(collectives::broadcast_ring, "broadcast_ring", kWorldSizes, kCounts, false);
+  check_broadcast_values(collectives::broadcast_ring, "broadcast_ring", kWorldSizes, kCounts,
+                         false);
 }
 TEST(ReduceNaive, ValuesLarge) {
   check_reduce_values(collectives::reduce_naive, "reduce_naive", kWorldSizes, kCounts, false);
@@ -68,7 +71,8 @@ TEST(AllReduceNaive, ValuesLarge) {
   check_all_reduce_values(collectives::all_reduce_naive, "all_reduce_naive", kWorldSizes, kCounts);
 }
 TEST(AllReduceButterfly, ValuesLarge) {
-  check_all_reduce_values(collectives::all_reduce_butterfly, "all_reduce_butterfly", kWorldSizes, kCounts);
+  check_all_reduce_values(collectives::all_reduce_butterfly, "all_reduce_butterfly", kWorldSizes,
+                          kCounts);
 }
 TEST(AllReduceRing, ValuesLarge) {
   check_all_reduce_values(collectives::all_reduce_ring, "all_reduce_ring", kWorldSizes, kCounts);
@@ -80,7 +84,8 @@ TEST(GatherTree, ValuesLarge) {
   check_gather_values(collectives::gather_tree, "gather_tree", kWorldSizes, {0, 3, 250}, false);
 }
 TEST(AllGatherRing, ValuesLarge) {
-  check_all_gather_values(collectives::all_gather_ring, "all_gather_ring", kWorldSizes, {0, 3, 250});
+  check_all_gather_values(collectives::all_gather_ring, "all_gather_ring", kWorldSizes,
+                          {0, 3, 250});
 }
 TEST(ReduceScatterRing, ValuesLarge) {
   check_reduce_scatter_values(collectives::reduce_scatter_ring, "reduce_scatter_ring", kWorldSizes,
@@ -98,7 +103,8 @@ TEST(AllReduceRing, SimTimeLarge) {
       collectives::all_reduce_ring(buf, ReduceOp::Sum);
     });
     const std::size_t chunk = kN / static_cast<std::size_t>(p) * sizeof(float);
-    const double want = 2 * (p - 1) * model.message_cost(0, 1, chunk) + (p - 1) * model.reduce_cost(chunk);
+    const double want =
+        2 * (p - 1) * model.message_cost(0, 1, chunk) + (p - 1) * model.reduce_cost(chunk);
     expect_time(got, want, "all_reduce_ring", flat_case(p, kN),
                 "2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma " + model_text(model, kN * 4),
                 "send and receive at the same time in every step");
@@ -116,7 +122,8 @@ TEST(AllReduceButterfly, SimTimeLarge) {
       collectives::all_reduce_butterfly(buf, ReduceOp::Sum);
     });
     const double c = model.message_cost(0, 1, bytes);
-    const double want = pow2 ? floor_log2(p) * (c + model.reduce_cost(bytes)) : (floor_log2(p) + 2) * c;
+    const double want =
+        pow2 ? floor_log2(p) * (c + model.reduce_cost(bytes)) : (floor_log2(p) + 2) * c;
     expect_time(got, want, "all_reduce_butterfly", flat_case(p, kN),
                 "butterfly rounds (+2 fold messages) " + model_text(model, bytes),
                 "exchange with isend + recv + wait in every round");
@@ -176,9 +183,12 @@ std::vector<int> no_root(const Layout&) { return {-1}; }
 double cost(const dist::NetworkModel& m, int src, int dst, std::size_t count) {
   return m.message_cost(src, dst, count * sizeof(float));
 }
-double tree_time(const dist::NetworkModel& m, const Layout& l) { return tree_rounds(m, l.p, kN * sizeof(float)); }
+double tree_time(const dist::NetworkModel& m, const Layout& l) {
+  return tree_rounds(m, l.p, kN * sizeof(float));
+}
 /// Sum over ranks q != root of the cost of one message root->q (to_root: q->root).
-double star_time(const dist::NetworkModel& m, const Layout& l, int root, std::size_t count, bool to_root) {
+double star_time(const dist::NetworkModel& m, const Layout& l, int root, std::size_t count,
+                 bool to_root) {
   double t = 0;
   for (int q = 0; q < l.p; ++q) {
     if (q != root) t += to_root ? cost(m, q, root, count) : cost(m, root, q, count);
@@ -197,45 +207,71 @@ constexpr std::size_t kM = 300;  // elements per rank's block (gather family)
 
 const std::vector<TwoLevelCase> kTwoLevelCases = {
     {"broadcast_naive", false, kN, [](const Layout& l) { return std::vector<int>{l.g + 1}; },
-     [](const Layout&, int root) { buffer_call([&](auto& buf) { collectives::broadcast_naive(buf, root); }); },
+     [](const Layout&, int root) {
+       buffer_call([&](auto& buf) { collectives::broadcast_naive(buf, root); });
+     },
      [](const auto& m, const Layout& l, int root) { return star_time(m, l, root, kN, false); },
      "sum over ranks q != src of (alpha + n beta) of the link src->q ",
      "src sends one message to every rank, one after the other"},
     {"broadcast_ring", false, kN, [](const Layout&) { return std::vector<int>{1}; },
-     [](const Layout&, int root) { buffer_call([&](auto& buf) { collectives::broadcast_ring(buf, root); }); },
+     [](const Layout&, int root) {
+       buffer_call([&](auto& buf) { collectives::broadcast_ring(buf, root); });
+     },
      [](const auto& m, const Layout& l, int root) {
        double t = 0;
        for (int h = 0; h < l.p - 1; ++h) t += cost(m, (root + h) % l.p, (root + h + 1) % l.p, kN);
        return t;
      },
-     "sum of the p-1 hop costs from src around the ring ", "each hop forwards the whole buffer once"},
-    {"broadcast_tree", true, kN, [](const Layout& l) { return std::vector<int>{0, l.g}; },
-     [](const Layout&, int root) { buffer_call([&](auto& buf) { collectives::broadcast_tree(buf, root); }); },
+     "sum of the p-1 hop costs from src around the ring ",
+     "each hop forwards the whole buffer once"},
+    {"broadcast_tree", true, kN,
+     [](const Layout& l) {
+       return std::vector<int>{0, l.g};
+     },
+     [](const Layout&, int root) {
+       buffer_call([&](auto& buf) { collectives::broadcast_tree(buf, root); });
+     },
      [](const auto& m, const Layout& l, int) { return tree_time(m, l); },
-     "sum over rounds 2^k of the cost of a message across distance 2^k ", "binomial tree on ranks relative to src"},
+     "sum over rounds 2^k of the cost of a message across distance 2^k ",
+     "binomial tree on ranks relative to src"},
     {"reduce_naive", false, kN, [](const Layout& l) { return std::vector<int>{l.p - 1}; },
      [](const Layout&, int root) {
        buffer_call([&](auto& buf) { collectives::reduce_naive(buf, root, ReduceOp::Sum); });
      },
      [](const auto& m, const Layout& l, int root) { return star_time(m, l, root, kN, true); },
-     "sum over ranks q != dst of (alpha + n beta) of the link q->dst ", "every rank sends once to dst"},
+     "sum over ranks q != dst of (alpha + n beta) of the link q->dst ",
+     "every rank sends once to dst"},
     {"reduce_tree", true, kN, [](const Layout& l) { return std::vector<int>{l.g}; },
-     [](const Layout&, int root) { buffer_call([&](auto& buf) { collectives::reduce_tree(buf, root, ReduceOp::Max); }); },
+     [](const Layout&, int root) {
+       buffer_call([&](auto& buf) { collectives::reduce_tree(buf, root, ReduceOp::Max); });
+     },
      [](const auto& m, const Layout& l, int) { return tree_time(m, l); },
      "sum over rounds 2^k of the cost of a message across distance 2^k ", "nearest child first"},
     {"all_reduce_naive", false, kN, no_root,
-     [](const Layout&, int) { buffer_call([](auto& buf) { collectives::all_reduce_naive(buf, ReduceOp::Sum); }); },
-     [](const auto& m, const Layout& l, int) { return star_time(m, l, 0, kN, true) + star_time(m, l, 0, kN, false); },
-     "sum over ranks q > 0 of the costs q->0 and 0->q ", "rank 0 receives every buffer, then sends every result"},
+     [](const Layout&, int) {
+       buffer_call([](auto& buf) { collectives::all_reduce_naive(buf, ReduceOp::Sum); });
+     },
+     [](const auto& m, const Layout& l, int) {
+       return star_time(m, l, 0, kN, true) + star_time(m, l, 0, kN, false);
+     },
+     "sum over ranks q > 0 of the costs q->0 and 0->q ",
+     "rank 0 receives every buffer, then sends every result"},
     {"all_reduce_butterfly", true, kN, no_root,
-     [](const Layout&, int) { buffer_call([](auto& buf) { collectives::all_reduce_butterfly(buf, ReduceOp::Sum); }); },
+     [](const Layout&, int) {
+       buffer_call([](auto& buf) { collectives::all_reduce_butterfly(buf, ReduceOp::Sum); });
+     },
      [](const auto& m, const Layout& l, int) { return tree_time(m, l); },
      "sum over rounds 2^k of the cost of an exchange across distance 2^k ",
      "exchange with isend + recv + wait in every round"},
     {"all_reduce_ring", false, kN, no_root,
-     [](const Layout&, int) { buffer_call([](auto& buf) { collectives::all_reduce_ring(buf, ReduceOp::Sum); }); },
-     [](const auto& m, const Layout& l, int) { return ring_time(m, l, 2 * (l.p - 1), kN / static_cast<std::size_t>(l.p)); },
-     "2(p-1)(alpha' + (n/p) beta') on the slow link between nodes ", "send and receive at the same time in every step"},
+     [](const Layout&, int) {
+       buffer_call([](auto& buf) { collectives::all_reduce_ring(buf, ReduceOp::Sum); });
+     },
+     [](const auto& m, const Layout& l, int) {
+       return ring_time(m, l, 2 * (l.p - 1), kN / static_cast<std::size_t>(l.p));
+     },
+     "2(p-1)(alpha' + (n/p) beta') on the slow link between nodes ",
+     "send and receive at the same time in every step"},
     {"gather_naive", false, kM, [](const Layout& l) { return std::vector<int>{l.g / 2}; },
      [](const Layout& l, int root) {
        std::vector<float> in(kM, 1.0f), out(kM * static_cast<std::size_t>(l.p));
@@ -254,21 +290,24 @@ const std::vector<TwoLevelCase> kTwoLevelCases = {
        for (int d = 1; d < l.p; d <<= 1) t += cost(m, 0, d, static_cast<std::size_t>(d) * kM);
        return t;
      },
-     "sum over rounds 2^k of (alpha + 2^k m beta) across distance 2^k ", "nearest child first, one message per subtree"},
+     "sum over rounds 2^k of (alpha + 2^k m beta) across distance 2^k ",
+     "nearest child first, one message per subtree"},
     {"all_gather_ring", false, kM, no_root,
      [](const Layout& l, int) {
        std::vector<float> in(kM, 1.0f), out(kM * static_cast<std::size_t>(l.p));
        collectives::all_gather_ring(in, out);
      },
      [](const auto& m, const Layout& l, int) { return ring_time(m, l, l.p - 1, kM); },
-     "(p-1)(alpha' + m beta') on the slow link between nodes ", "send and receive at the same time in every step"},
+     "(p-1)(alpha' + m beta') on the slow link between nodes ",
+     "send and receive at the same time in every step"},
     {"reduce_scatter_ring", false, kM, no_root,
      [](const Layout& l, int) {
        std::vector<float> in(kM * static_cast<std::size_t>(l.p), 1.0f), out(kM);
        collectives::reduce_scatter_ring(in, out, ReduceOp::Sum);
      },
      [](const auto& m, const Layout& l, int) { return ring_time(m, l, l.p - 1, kM); },
-     "(p-1)(alpha' + m beta') on the slow link between nodes ", "send and receive at the same time in every step"},
+     "(p-1)(alpha' + m beta') on the slow link between nodes ",
+     "send and receive at the same time in every step"},
 };
 
 class SimTimeTwoLevel : public ::testing::TestWithParam<TwoLevelCase> {};
@@ -279,7 +318,8 @@ TEST_P(SimTimeTwoLevel, MatchesClosedForm) {
     const auto model = two_level(l.g);
     for (int root : c.roots(l)) {
       if (HasFailure()) return;  // report the first failing case only
-      const std::string what = layout_case(l, c.count) + (root >= 0 ? ", root " + std::to_string(root) : "");
+      const std::string what =
+          layout_case(l, c.count) + (root >= 0 ? ", root " + std::to_string(root) : "");
       const double got = sim_time_of(what, c.fn, l.p, model, [&] { c.call(l, root); });
       expect_time(got, c.want(model, l, root), c.fn, what,
                   c.formula + model_text(model, c.count * sizeof(float)), c.hint);
@@ -288,6 +328,8 @@ TEST_P(SimTimeTwoLevel, MatchesClosedForm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hidden, SimTimeTwoLevel, ::testing::ValuesIn(kTwoLevelCases),
-                         [](const ::testing::TestParamInfo<TwoLevelCase>& row) { return std::string(row.param.fn); });
+                         [](const ::testing::TestParamInfo<TwoLevelCase>& row) {
+                           return std::string(row.param.fn);
+                         });
 
 }  // namespace

@@ -25,7 +25,9 @@ std::vector<int> world_sizes(Strategy s, std::vector<int> flat) {
 
 // Dimensions smaller than the number of ranks (some shards are empty), down to 1x1.
 TEST(MatmulHidden, TinyAndEmptyShards) {
-  struct Dims { long m, k, n; };
+  struct Dims {
+    long m, k, n;
+  };
   const std::vector<Dims> shapes = {{1, 1, 1}, {2, 3, 2}, {3, 1, 9}, {9, 2, 1}, {1, 7, 1}};
   unsigned seed = 500;
   for (Strategy s : kAll)
@@ -67,7 +69,11 @@ TEST(MatmulHidden, TwoLevelNetwork) {
 
 // Larger real-valued products (|C - A*B| <= 1e-6 k).
 TEST(MatmulHidden, LargeRealValued) {
-  struct Case { Strategy s; int p; long m, k, n; };
+  struct Case {
+    Strategy s;
+    int p;
+    long m, k, n;
+  };
   const std::vector<Case> cases = {{Strategy::Blocks2D, 4, 1024, 384, 1024},
                                    {Strategy::Rows, 8, 1024, 64, 512},
                                    {Strategy::Cols, 5, 128, 256, 1024}};

@@ -12,7 +12,8 @@ TEST(HiddenEqualsSingleProcess, WorldSizesFiveAndEight) {
       const auto got = dptest::data_parallel(world, mode);
       for (int r = 0; r < world; ++r) {
         const std::string diff = dptest::compare(got[static_cast<std::size_t>(r)], want);
-        EXPECT_TRUE(diff.empty()) << "rank " << r << " of " << world << " (" << dptest::name(mode) << "): " << diff;
+        EXPECT_TRUE(diff.empty()) << "rank " << r << " of " << world << " (" << dptest::name(mode)
+                                  << "): " << diff;
       }
     }
   }
@@ -34,7 +35,8 @@ TEST(HiddenCloseness, PerturbedRootIsSeenByEveryRank) {
 TEST(HiddenMyDP, MidCapBucketsTrainCorrectly) {
   const mlp::Config c = dptest::small_config();
   const mlp::MLP probe(c, 1);
-  const std::size_t cap = static_cast<std::size_t>(probe.parameters().back()->numel()) * sizeof(float);
+  const std::size_t cap =
+      static_cast<std::size_t>(probe.parameters().back()->numel()) * sizeof(float);
   const auto want_layout = dptest::expected_buckets(probe, cap);
   distlab::testing::RankLog log;
   distlab::testing::run_ranks(3, [&] {
@@ -42,11 +44,13 @@ TEST(HiddenMyDP, MidCapBucketsTrainCorrectly) {
     dp::MyDP wrapped(model, cap);
     if (wrapped.bucket_layout() != want_layout) log.fail(dist::rank(), "bucket layout");
     mlp::SGD opt(model.parameters(), c.learning_rate);
-    mlp::Matrix x = mlp::Matrix::Constant(c.batch_size, c.dim_in, 0.1f * static_cast<float>(dist::rank() + 1));
+    mlp::Matrix x =
+        mlp::Matrix::Constant(c.batch_size, c.dim_in, 0.1f * static_cast<float>(dist::rank() + 1));
     mlp::Labels y(static_cast<std::size_t>(c.batch_size), dist::rank() % c.n_classes);
     mlp::Matrix probs, dlogits;
     for (int s = 0; s < 3; ++s) dp::dp_step(&wrapped, model, opt, x, y, probs, dlogits);
-    if (!dp::check_parameter_closeness(model, 1e-6f)) log.fail(dist::rank(), "replicas drifted apart");
+    if (!dp::check_parameter_closeness(model, 1e-6f))
+      log.fail(dist::rank(), "replicas drifted apart");
   });
   for (const auto& f : log.failures()) ADD_FAILURE() << f;
 }

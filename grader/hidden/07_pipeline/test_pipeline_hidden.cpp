@@ -15,16 +15,19 @@ void values(Schedule s) {
     int layers, batch, p;
     mlp::Activation act;
   };
-  const Case cases[] = {{7, 15, 3, mlp::Activation::ReLU}, {7, 15, 5, mlp::Activation::Tanh},
-                        {6, 12, 6, mlp::Activation::ReLU}, {9, 16, 4, mlp::Activation::Tanh}};
+  const Case cases[] = {{7, 15, 3, mlp::Activation::ReLU},
+                        {7, 15, 5, mlp::Activation::Tanh},
+                        {6, 12, 6, mlp::Activation::ReLU},
+                        {9, 16, 4, mlp::Activation::Tanh}};
   for (const Case& k : cases) {
     const mlp::Config c = tiny_config(k.layers, k.batch, k.act);
     const Reference ref = single_process(c, 3);
     for (int m : {1, 4, 7, 12}) {
       if (m > k.batch) continue;
       const PipelineRun run = run_pipeline(c, k.p, m, s, 3);
-      expect_values(run, c, ref, 0, k.p, std::string(pp::to_string(s)) + ": " + config_name(c) + ", p=" +
-                                             std::to_string(k.p) + ", m=" + std::to_string(m));
+      expect_values(run, c, ref, 0, k.p,
+                    std::string(pp::to_string(s)) + ": " + config_name(c) +
+                        ", p=" + std::to_string(k.p) + ", m=" + std::to_string(m));
       if (::testing::Test::HasFailure()) return;
     }
   }
@@ -42,12 +45,14 @@ void traffic(Schedule s) {
       ASSERT_TRUE(run.ok) << run.error;
       const std::uint64_t msgs = s == Schedule::Naive ? 1u : static_cast<std::uint64_t>(m);
       for (int r = 0; r < p; ++r) {
-        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) + ", m=" + std::to_string(m) +
-                     ", stage " + std::to_string(r));
+        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) +
+                     ", m=" + std::to_string(m) + ", stage " + std::to_string(r));
         const dist::Stats& st = run.ranks[static_cast<std::size_t>(r)].stats;
         const auto [begin, end] = expected_layers(c.n_layers, p, r);
-        const std::uint64_t total = 4ull * 15ull *
-            static_cast<std::uint64_t>((r + 1 < p ? c.layer_out(end - 1) : 0) + (r > 0 ? c.layer_in(begin) : 0));
+        const std::uint64_t total =
+            4ull * 15ull *
+            static_cast<std::uint64_t>((r + 1 < p ? c.layer_out(end - 1) : 0) +
+                                       (r > 0 ? c.layer_in(begin) : 0));
         const std::uint64_t want_msgs = msgs * static_cast<std::uint64_t>((r + 1 < p) + (r > 0));
         EXPECT_EQ(st.messages_sent, want_msgs);
         EXPECT_EQ(st.messages_received, want_msgs);
@@ -56,8 +61,10 @@ void traffic(Schedule s) {
         EXPECT_EQ(st.builtin_collectives, 0u);
         for (int q = 0; q < p; ++q) {
           if (q == r - 1 || q == r + 1) continue;
-          EXPECT_EQ(st.messages_sent_to[static_cast<std::size_t>(q)], 0u) << "not a neighbour: rank " << q;
-          EXPECT_EQ(st.messages_received_from[static_cast<std::size_t>(q)], 0u) << "not a neighbour: rank " << q;
+          EXPECT_EQ(st.messages_sent_to[static_cast<std::size_t>(q)], 0u)
+              << "not a neighbour: rank " << q;
+          EXPECT_EQ(st.messages_received_from[static_cast<std::size_t>(q)], 0u)
+              << "not a neighbour: rank " << q;
         }
       }
       if (::testing::Test::HasFailure()) return;
@@ -84,7 +91,8 @@ void simulated_time(Schedule s) {
       const double want_bubble = static_cast<double>(p - 1) / (mm + p - 1);
       const double step = run.ranks[static_cast<std::size_t>(p - 1)].step_s;
       const double bubble = 1.0 - mm * 3 * tf / step;
-      SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) + ", m=" + std::to_string(m));
+      SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) +
+                   ", m=" + std::to_string(m));
       EXPECT_NEAR(step, want_step, 0.01 * want_step) << "simulated step time (s)";
       EXPECT_NEAR(bubble, want_bubble, 0.01 * want_bubble) << "bubble fraction";
       if (::testing::Test::HasFailure()) return;
@@ -103,8 +111,8 @@ void memory(Schedule s) {
       const PipelineRun run = run_pipeline(c, p, m, s, 2);
       ASSERT_TRUE(run.ok) << run.error;
       for (int r = 0; r < p; ++r) {
-        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) + ", m=" + std::to_string(m) +
-                     ", stage " + std::to_string(r));
+        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) +
+                     ", m=" + std::to_string(m) + ", stage " + std::to_string(r));
         const RankRecord& rec = run.ranks[static_cast<std::size_t>(r)];
         const auto [begin, end] = expected_layers(c.n_layers, p, r);
         const std::int64_t per_mb = (c.batch_size / m) * stash_bytes_per_row(c, begin, end);

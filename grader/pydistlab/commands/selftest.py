@@ -36,9 +36,9 @@ from .. import cmake, deps, golden, grade, manifest as mf, stubs, workspace as w
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
-from . import release
+from . import cxxformat, release
 
-STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "lint"]
+STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "lint", "format"]
 RUFF = "ruff==0.17.6"   # installed by the lint step when no ruff is on PATH
 
 
@@ -302,6 +302,21 @@ def step_lint(t: Tally) -> None:
         t.check(r.returncode == 0, "lint: grader/ and distlab are clean", r.stdout[-2000:] + r.stderr[-2000:])
 
 
+def step_format(t: Tally) -> None:
+    t.step("format: every hand-written C++ file as clang-format leaves it (.clang-format)")
+    tool, why = cxxformat.clang_format(install=True)
+    if not tool:
+        print(f"    skipped: {why}", flush=True)
+        return
+    files = cxxformat.cxx_files()
+    bad = cxxformat.unformatted(tool, files)
+    print(f"    {tool}: {len(files) - len(bad)} of {len(files)} files formatted", flush=True)
+    for f in bad:
+        t.check(False, f"format: {f} (fix: ./distlab format)")
+    if not bad:
+        t.check(True, "format: the kit's C++ files are formatted")
+
+
 def main(a: argparse.Namespace) -> int:
     if is_release():
         raise DistlabError("./distlab test is the kit's self-test and needs solutions/; in a student "
@@ -314,7 +329,8 @@ def main(a: argparse.Namespace) -> int:
     t = Tally()
     steps = {"build": step_build, "tsan": step_tsan, "nccl": step_nccl, "solutions": step_solutions,
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
-             "selftest": step_selftest, "lint": step_lint}
+             "selftest": step_selftest, "lint": step_lint,
+             "format": step_format}
     for name in STEPS:
         if name not in only:
             continue

@@ -129,7 +129,8 @@ TEST(ChunkBounds, WorkedExample) {
   EXPECT_EQ(threads::chunk_bounds(10, 3, 0), R(0, 4));
   EXPECT_EQ(threads::chunk_bounds(10, 3, 1), R(4, 7));
   EXPECT_EQ(threads::chunk_bounds(10, 3, 2), R(7, 10));
-  EXPECT_EQ(threads::chunk_bounds(2, 4, 3), R(2, 2)) << "more parts than items: empty chunks at the end";
+  EXPECT_EQ(threads::chunk_bounds(2, 4, 3), R(2, 2))
+      << "more parts than items: empty chunks at the end";
   EXPECT_THROW(threads::chunk_bounds(10, 0, 0), std::invalid_argument);
   EXPECT_THROW(threads::chunk_bounds(10, 3, 3), std::invalid_argument);
   EXPECT_THROW(threads::chunk_bounds(10, 3, -1), std::invalid_argument);
@@ -201,9 +202,8 @@ TEST(AddressSpaces, ChildProcessWriteIsInvisibleToParent) {
   for (auto [initial, written] : {std::pair{3, 77}, std::pair{0, 200}, std::pair{-5, 1}}) {
     const auto seen = threads::write_in_child_process(initial, written);
     EXPECT_EQ(seen.writer_saw, written) << "the child reads back its own write";
-    EXPECT_EQ(seen.parent_saw, initial)
-        << "the parent must still see its own copy (" << initial << ") after the child wrote "
-        << written;
+    EXPECT_EQ(seen.parent_saw, initial) << "the parent must still see its own copy (" << initial
+                                        << ") after the child wrote " << written;
   }
   EXPECT_THROW(threads::write_in_child_process(0, 256), std::invalid_argument);
 }
@@ -212,8 +212,8 @@ TEST(AddressSpaces, ThreadWriteIsVisibleToParent) {
   for (auto [initial, written] : {std::pair{3, 77}, std::pair{0, 200}, std::pair{-5, 123456}}) {
     const auto seen = threads::write_in_thread(initial, written);
     EXPECT_EQ(seen.writer_saw, written);
-    EXPECT_EQ(seen.parent_saw, written) << "threads share memory: after join the parent sees "
-                                        << written;
+    EXPECT_EQ(seen.parent_saw, written)
+        << "threads share memory: after join the parent sees " << written;
   }
 }
 
@@ -274,7 +274,8 @@ TEST(ParallelMap, ResultsInInputOrder) {
   std::vector<double> xs(257);
   std::iota(xs.begin(), xs.end(), -100.0);
   for (int workers : {1, 2, 3, 8, 300}) {
-    const auto ys = threads::parallel_map(xs, [](double x) { return x * x + 1.0; }, workers);
+    const auto ys = threads::parallel_map(
+        xs, [](double x) { return x * x + 1.0; }, workers);
     ASSERT_EQ(ys.size(), xs.size());
     for (std::size_t i = 0; i < xs.size(); ++i) {
       ASSERT_EQ(ys[i], xs[i] * xs[i] + 1.0) << "index " << i << " with " << workers << " workers";
@@ -283,20 +284,24 @@ TEST(ParallelMap, ResultsInInputOrder) {
 }
 
 TEST(ParallelMap, EmptyInputAndMoreWorkersThanItems) {
-  EXPECT_TRUE(threads::parallel_map(std::vector<double>{}, [](double x) { return x; }, 4).empty());
-  const auto ys = threads::parallel_map(std::vector<double>{2.0, 3.0}, [](double x) { return -x; }, 16);
+  EXPECT_TRUE(threads::parallel_map(
+                  std::vector<double>{}, [](double x) { return x; }, 4)
+                  .empty());
+  const auto ys = threads::parallel_map(
+      std::vector<double>{2.0, 3.0}, [](double x) { return -x; }, 16);
   EXPECT_EQ(ys, (std::vector<double>{-2.0, -3.0}));
 }
 
 TEST(ParallelMap, ExceptionInOneItemSurfaces) {
   std::vector<double> xs(64);
   std::iota(xs.begin(), xs.end(), 0.0);
-  EXPECT_THROW(threads::parallel_map(xs,
-                                     [](double x) -> double {
-                                       if (x == 40.0) throw std::domain_error("bad item");
-                                       return x;
-                                     },
-                                     4),
+  EXPECT_THROW(threads::parallel_map(
+                   xs,
+                   [](double x) -> double {
+                     if (x == 40.0) throw std::domain_error("bad item");
+                     return x;
+                   },
+                   4),
                std::domain_error);
 }
 
@@ -315,7 +320,8 @@ TEST(Trajectories, MatchSequentialReferenceForAnyWorkerCount) {
   for (int workers : {1, 2, 3, 8, 64}) {
     const auto got = threads::generate_trajectories(cfg, workers);
     ASSERT_TRUE(distlab::testing::elements_near<double>(got, want))
-        << "with " << workers << " workers: some row is not what simulate_trajectory gives for "
+        << "with " << workers
+        << " workers: some row is not what simulate_trajectory gives for "
            "that trajectory alone (each item must fill exactly its own row, whatever the workers)";
   }
 }

@@ -51,8 +51,8 @@ class FirstError {
 // ---- a child process with a time limit, for code that may deadlock --------------------------
 
 struct ChildResult {
-  bool finished = false;   // false: killed after the time limit
-  std::string message;     // what the child wrote to the pipe: "ok", or what went wrong
+  bool finished = false;  // false: killed after the time limit
+  std::string message;    // what the child wrote to the pipe: "ok", or what went wrong
 };
 
 /// Runs body in a forked child; body returns "" for success or a message for failure. The parent
@@ -99,7 +99,8 @@ inline ChildResult run_in_child(Body body, double limit_s) {
   }
   char buf[512];
   ssize_t got = 0;
-  while ((got = read(fds[0], buf, sizeof buf)) > 0) r.message.append(buf, static_cast<std::size_t>(got));
+  while ((got = read(fds[0], buf, sizeof buf)) > 0)
+    r.message.append(buf, static_cast<std::size_t>(got));
   close(fds[0]);
   return r;
 }

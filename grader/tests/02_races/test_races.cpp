@@ -38,8 +38,8 @@ namespace {
 std::atomic<long> g_threads_started{0};
 }  // namespace
 
-extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr,
-                              void* (*start)(void*), void* arg) {
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*start)(void*),
+                              void* arg) {
   using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
   static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
   g_threads_started.fetch_add(1);
@@ -87,7 +87,9 @@ std::string opposite_transfers(double seconds, long min_rounds) {
     ++ready;
     while (ready.load() < 4) std::this_thread::yield();
   };
-  auto keep_going = [&](long rounds) { return rounds < min_rounds || !stop.load(std::memory_order_relaxed); };
+  auto keep_going = [&](long rounds) {
+    return rounds < min_rounds || !stop.load(std::memory_order_relaxed);
+  };
   FirstError errors;
   std::thread ab(errors.wrap([&] {
     start_together();
@@ -127,8 +129,9 @@ std::string opposite_transfers(double seconds, long min_rounds) {
            std::to_string(a.balance) + ", expected " + std::to_string(want_a) + ". ";
   }
   if (bad_audits.load() > 0) {
-    err += std::to_string(bad_audits.load()) +
-           " audits (holding both locks) saw a wrong total: hold both locks for the whole transfer. ";
+    err +=
+        std::to_string(bad_audits.load()) +
+        " audits (holding both locks) saw a wrong total: hold both locks for the whole transfer. ";
   }
   return err;
 }
@@ -137,7 +140,9 @@ std::string opposite_transfers(double seconds, long min_rounds) {
 
 // ---- 1. the three fixes ---------------------------------------------------------------------
 
-TEST(LostUpdate, MutexGivesZero) { check_counter(races::add_and_subtract_with_mutex, "add_and_subtract_with_mutex"); }
+TEST(LostUpdate, MutexGivesZero) {
+  check_counter(races::add_and_subtract_with_mutex, "add_and_subtract_with_mutex");
+}
 
 TEST(LostUpdate, AtomicGivesZero) {
   check_counter(races::add_and_subtract_with_atomic, "add_and_subtract_with_atomic");
@@ -172,10 +177,13 @@ TEST(LockOrdering, OppositeTransfersNeverDeadlockAndConserveTheTotal) {
   // this test fails with a message instead of hanging.
   const double limit_s = 10.0;
   const auto r = run_in_child([] { return opposite_transfers(0.5, 10000); }, limit_s);
-  ASSERT_TRUE(r.finished) << "deadlock: two threads transferring a->b and b->a for 0.5 s did "
-                             "not finish within " << limit_s << " s. Each holds one lock and "
-                             "waits for the other: take the two locks in a way that can never "
-                             "form that cycle (README: Tasks, 4; ./distlab hint 02_races transfer).";
+  ASSERT_TRUE(r.finished)
+      << "deadlock: two threads transferring a->b and b->a for 0.5 s did "
+         "not finish within "
+      << limit_s
+      << " s. Each holds one lock and "
+         "waits for the other: take the two locks in a way that can never "
+         "form that cycle (README: Tasks, 4; ./distlab hint 02_races transfer).";
   EXPECT_EQ(r.message, "ok") << (r.message.empty() ? "the child process running the transfers "
                                                      "stopped without a result: it crashed, or "
                                                      "ThreadSanitizer stopped it (report above)"
@@ -228,7 +236,8 @@ TEST(RandomStreams, ModelInitIdenticalOnEveryRank) {
   auto gen = races::make_stream(2024, 0, races::Purpose::ModelInit);
   for (std::size_t i = 0; i < w0.size(); ++i) {
     ASSERT_EQ(w0[i], 0.1 * (2.0 * races::to_unit(gen()) - 1.0))
-        << "weight " << i << " differs from init_model's formula in races.hpp, applied in order "
+        << "weight " << i
+        << " differs from init_model's formula in races.hpp, applied in order "
            "to the ModelInit stream (wrong stream, scaling or order of draws?)";
   }
   for (int rank = 1; rank < 8; ++rank) {
@@ -266,9 +275,11 @@ TEST(RandomStreams, ShuffleIsOnePermutationSharedByAllRanks) {
   for (std::size_t i = 0; i < n; ++i) want[i] = i;
   auto gen = races::make_stream(11, 0, races::Purpose::Shuffle);
   for (std::size_t i = n; i-- > 1;) std::swap(want[i], want[gen() % (i + 1)]);
-  EXPECT_EQ(p0, want) << "a permutation, but not the Fisher-Yates order races.hpp documents for "
-                         "shuffle_order (direction of the walk, range of each draw, or the stream?)";
-  for (int rank = 1; rank < 6; ++rank) EXPECT_EQ(races::shuffle_order(n, 11, rank), p0) << "rank " << rank;
+  EXPECT_EQ(p0, want)
+      << "a permutation, but not the Fisher-Yates order races.hpp documents for "
+         "shuffle_order (direction of the walk, range of each draw, or the stream?)";
+  for (int rank = 1; rank < 6; ++rank)
+    EXPECT_EQ(races::shuffle_order(n, 11, rank), p0) << "rank " << rank;
   EXPECT_TRUE(races::shuffle_order(0, 11, 0).empty());
   EXPECT_EQ(races::shuffle_order(1, 11, 0), std::vector<std::size_t>{0});
 }
@@ -305,8 +316,8 @@ TEST(RandomStreams, IndependentOfThreadScheduling) {
       const auto i = static_cast<std::size_t>(r);
       ASSERT_EQ(init_got[i], init_ref[i]) << "round " << round << ": rank " << r
                                           << "'s model init depends on what other threads did";
-      ASSERT_EQ(data_got[i], data_ref[i]) << "round " << round << ": rank " << r
-                                          << "'s data depends on what other threads did";
+      ASSERT_EQ(data_got[i], data_ref[i])
+          << "round " << round << ": rank " << r << "'s data depends on what other threads did";
     }
   }
 }

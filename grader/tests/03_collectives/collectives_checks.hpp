@@ -53,7 +53,8 @@ inline float input(ReduceOp op, int r, std::size_t i) {
 
 /// op over ranks 0..p-1 of input(op, r, i), computed in double (exact for these inputs).
 inline float reduced(ReduceOp op, int p, std::size_t i) {
-  const double acc = distlab::testing::fold_ranks<double>(op, p, [&](int r) { return input(op, r, i); });
+  const double acc =
+      distlab::testing::fold_ranks<double>(op, p, [&](int r) { return input(op, r, i); });
   if (op == ReduceOp::Avg) return static_cast<float>(acc) / static_cast<float>(p);
   return static_cast<float>(acc);
 }
@@ -99,7 +100,8 @@ inline bool run_case(const std::string& what, const std::string& fn_name, int p,
       body(log);
       const auto builtins = dist::stats().builtin_collectives;
       if (builtins != 0) {
-        log.fail(dist::rank(), fn_name + " called a built-in collective of dist (dist::broadcast, "
+        log.fail(dist::rank(), fn_name +
+                                   " called a built-in collective of dist (dist::broadcast, "
                                    "reduce, all_reduce, gather, ...; calls: " +
                                    std::to_string(builtins) +
                                    "): implement it with dist::send, recv, isend and irecv only");
@@ -150,7 +152,8 @@ inline void for_each_case(const std::string& name, const std::vector<int>& world
                           const std::string& unit = "") {
   for (int p : world_sizes) {
     for (std::size_t n : counts) {
-      if (!run_case(case_name(p, n) + unit, name, p, [&](distlab::testing::RankLog& log) { body(p, n, log); })) {
+      if (!run_case(case_name(p, n) + unit, name, p,
+                    [&](distlab::testing::RankLog& log) { body(p, n, log); })) {
         return;
       }
     }
@@ -185,89 +188,95 @@ inline std::vector<float> reduced_range(ReduceOp op, int p, std::size_t n, std::
 }
 
 inline std::string call_ctx(int root, int rep) {
-  return (root >= 0 ? "root " + std::to_string(root) + ", " : std::string()) + "call " + std::to_string(rep + 1);
+  return (root >= 0 ? "root " + std::to_string(root) + ", " : std::string()) + "call " +
+         std::to_string(rep + 1);
 }
 
 inline void check_broadcast_values(BroadcastFn fn, const std::string& name,
                                    const std::vector<int>& world_sizes,
                                    const std::vector<std::size_t>& counts, bool all_roots) {
-  for_each_case(name, world_sizes, counts, [&](int p, std::size_t n, distlab::testing::RankLog& log) {
-    const int me = dist::rank();
-    for (int root : roots_for(p, all_roots)) {
-      std::vector<float> want(n);
-      for (std::size_t i = 0; i < n; ++i) want[i] = bcast_value(root, i);
-      for (int rep = 0; rep < 2; ++rep) {
-        std::vector<float> buf = me == root ? want : std::vector<float>(n, kSentinel);
-        fn(buf, root);
-        expect_values(log, call_ctx(root, rep), buf, want);
-      }
-    }
-  });
+  for_each_case(name, world_sizes, counts,
+                [&](int p, std::size_t n, distlab::testing::RankLog& log) {
+                  const int me = dist::rank();
+                  for (int root : roots_for(p, all_roots)) {
+                    std::vector<float> want(n);
+                    for (std::size_t i = 0; i < n; ++i) want[i] = bcast_value(root, i);
+                    for (int rep = 0; rep < 2; ++rep) {
+                      std::vector<float> buf = me == root ? want : std::vector<float>(n, kSentinel);
+                      fn(buf, root);
+                      expect_values(log, call_ctx(root, rep), buf, want);
+                    }
+                  }
+                });
 }
 
 inline void check_reduce_values(ReduceFn fn, const std::string& name,
                                 const std::vector<int>& world_sizes,
                                 const std::vector<std::size_t>& counts, bool all_roots) {
-  for_each_case(name, world_sizes, counts, [&](int p, std::size_t n, distlab::testing::RankLog& log) {
-    const int me = dist::rank();
-    for (int root : roots_for(p, all_roots)) {
-      for (ReduceOp op : kReduceOps) {
-        const std::vector<float> want = reduced_range(op, p, n);
-        for (int rep = 0; rep < 2; ++rep) {
-          std::vector<float> buf = inputs_of(op, me, n);
-          fn(buf, root, op);
-          if (me == root) expect_values(log, op_ctx(op, root, rep), buf, want);
-        }
-      }
-    }
-  });
+  for_each_case(name, world_sizes, counts,
+                [&](int p, std::size_t n, distlab::testing::RankLog& log) {
+                  const int me = dist::rank();
+                  for (int root : roots_for(p, all_roots)) {
+                    for (ReduceOp op : kReduceOps) {
+                      const std::vector<float> want = reduced_range(op, p, n);
+                      for (int rep = 0; rep < 2; ++rep) {
+                        std::vector<float> buf = inputs_of(op, me, n);
+                        fn(buf, root, op);
+                        if (me == root) expect_values(log, op_ctx(op, root, rep), buf, want);
+                      }
+                    }
+                  }
+                });
 }
 
 inline void check_all_reduce_values(AllReduceFn fn, const std::string& name,
                                     const std::vector<int>& world_sizes,
                                     const std::vector<std::size_t>& counts) {
-  for_each_case(name, world_sizes, counts, [&](int p, std::size_t n, distlab::testing::RankLog& log) {
-    const int me = dist::rank();
-    for (ReduceOp op : kAllReduceOps) {
-      const std::vector<float> want = reduced_range(op, p, n);
-      for (int rep = 0; rep < 2; ++rep) {
-        std::vector<float> buf = inputs_of(op, me, n);
-        fn(buf, op);
-        // Avg: sum / p, however the division is written (x / p or x * (1/p)).
-        expect_values(log, op_ctx(op, -1, rep), buf, want, op == ReduceOp::Avg ? 1e-6 : 0.0);
-      }
-    }
-  });
+  for_each_case(
+      name, world_sizes, counts, [&](int p, std::size_t n, distlab::testing::RankLog& log) {
+        const int me = dist::rank();
+        for (ReduceOp op : kAllReduceOps) {
+          const std::vector<float> want = reduced_range(op, p, n);
+          for (int rep = 0; rep < 2; ++rep) {
+            std::vector<float> buf = inputs_of(op, me, n);
+            fn(buf, op);
+            // Avg: sum / p, however the division is written (x / p or x * (1/p)).
+            expect_values(log, op_ctx(op, -1, rep), buf, want, op == ReduceOp::Avg ? 1e-6 : 0.0);
+          }
+        }
+      });
 }
 
 inline void check_gather_values(GatherFn fn, const std::string& name,
                                 const std::vector<int>& world_sizes,
                                 const std::vector<std::size_t>& counts, bool all_roots) {
-  for_each_case(name, world_sizes, counts, [&](int p, std::size_t m, distlab::testing::RankLog& log) {
-    const int me = dist::rank();
-    const std::vector<float> in = block_of(me, m), want = all_blocks(p, m);
-    for (int root : roots_for(p, all_roots)) {
-      for (int rep = 0; rep < 2; ++rep) {
-        // Call 1: out is empty on ranks other than root (allowed); call 2: full size.
-        std::vector<float> out(me == root || rep == 1 ? want.size() : 0, kSentinel);
-        fn(in, out, root);
-        if (me == root) expect_values(log, call_ctx(root, rep), out, want);
-      }
-    }
-  });
+  for_each_case(name, world_sizes, counts,
+                [&](int p, std::size_t m, distlab::testing::RankLog& log) {
+                  const int me = dist::rank();
+                  const std::vector<float> in = block_of(me, m), want = all_blocks(p, m);
+                  for (int root : roots_for(p, all_roots)) {
+                    for (int rep = 0; rep < 2; ++rep) {
+                      // Call 1: out is empty on ranks other than root (allowed); call 2: full size.
+                      std::vector<float> out(me == root || rep == 1 ? want.size() : 0, kSentinel);
+                      fn(in, out, root);
+                      if (me == root) expect_values(log, call_ctx(root, rep), out, want);
+                    }
+                  }
+                });
 }
 
 inline void check_all_gather_values(AllGatherFn fn, const std::string& name,
                                     const std::vector<int>& world_sizes,
                                     const std::vector<std::size_t>& counts) {
-  for_each_case(name, world_sizes, counts, [&](int p, std::size_t m, distlab::testing::RankLog& log) {
-    const std::vector<float> in = block_of(dist::rank(), m), want = all_blocks(p, m);
-    for (int rep = 0; rep < 2; ++rep) {
-      std::vector<float> out(want.size(), kSentinel);
-      fn(in, out);
-      expect_values(log, call_ctx(-1, rep), out, want);
-    }
-  });
+  for_each_case(name, world_sizes, counts,
+                [&](int p, std::size_t m, distlab::testing::RankLog& log) {
+                  const std::vector<float> in = block_of(dist::rank(), m), want = all_blocks(p, m);
+                  for (int rep = 0; rep < 2; ++rep) {
+                    std::vector<float> out(want.size(), kSentinel);
+                    fn(in, out);
+                    expect_values(log, call_ctx(-1, rep), out, want);
+                  }
+                });
 }
 
 /// counts: elements per rank's output chunk (the input has world_size times as many).
@@ -310,14 +319,15 @@ inline std::vector<dist::Stats> traffic(const std::string& what, const std::stri
 /// A p x p matrix: m[r][q] = messages (or bytes) from rank r to rank q.
 using Matrix = std::vector<std::vector<std::uint64_t>>;
 inline Matrix zeros(int p) {
-  return Matrix(static_cast<std::size_t>(p), std::vector<std::uint64_t>(static_cast<std::size_t>(p), 0));
+  return Matrix(static_cast<std::size_t>(p),
+                std::vector<std::uint64_t>(static_cast<std::size_t>(p), 0));
 }
 
 /// Compares who sent how many messages (and bytes, when given) to whom with the algorithm's
 /// pattern; reports the first difference with the algorithm's rule.
 inline void expect_pattern(const std::vector<dist::Stats>& stats, const Matrix& msgs,
-                           const Matrix* bytes, const std::string& fn_name,
-                           const std::string& what, const std::string& rule) {
+                           const Matrix* bytes, const std::string& fn_name, const std::string& what,
+                           const std::string& rule) {
   const auto p = stats.size();
   for (std::size_t r = 0; r < p; ++r) {
     for (std::size_t q = 0; q < p; ++q) {
@@ -352,15 +362,18 @@ inline void expect_pattern(const std::vector<dist::Stats>& stats, const Matrix& 
 inline double sim_time_of(const std::string& what, const std::string& fn_name, int p,
                           const dist::NetworkModel& model, const std::function<void()>& body) {
   std::vector<double> elapsed(2 * static_cast<std::size_t>(p), 0.0);
-  const bool ok = run_case(what, fn_name, p, [&](distlab::testing::RankLog&) {
-    for (std::size_t rep = 0; rep < 2; ++rep) {
-      dist::barrier();
-      const double t0 = dist::sim_time();
-      body();
-      elapsed[rep * static_cast<std::size_t>(p) + static_cast<std::size_t>(dist::rank())] =
-          dist::sim_time() - t0;
-    }
-  }, model);
+  const bool ok = run_case(
+      what, fn_name, p,
+      [&](distlab::testing::RankLog&) {
+        for (std::size_t rep = 0; rep < 2; ++rep) {
+          dist::barrier();
+          const double t0 = dist::sim_time();
+          body();
+          elapsed[rep * static_cast<std::size_t>(p) + static_cast<std::size_t>(dist::rank())] =
+              dist::sim_time() - t0;
+        }
+      },
+      model);
   if (!ok) return -1.0;
   const auto half = elapsed.begin() + p;
   const double first = *std::max_element(elapsed.begin(), half);

@@ -26,14 +26,17 @@ std::string traffic_case(int p, int root) {
 std::string time_case(int p, std::size_t n) {
   return "simulated time, world size " + std::to_string(p) + ", count " + std::to_string(n);
 }
-std::vector<int> traffic_roots(int p) { return p > 2 ? std::vector<int>{0, 1, p - 1} : std::vector<int>{0, p - 1}; }
+std::vector<int> traffic_roots(int p) {
+  return p > 2 ? std::vector<int>{0, 1, p - 1} : std::vector<int>{0, p - 1};
+}
 
 constexpr std::uint64_t kBytes = kTrafficCount * sizeof(float);
 
 // ---- broadcast ------------------------------------------------------------------------------
 
 TEST(BroadcastNaive, Values) {
-  check_broadcast_values(collectives::broadcast_naive, "broadcast_naive", kWorldSizes, kCounts, true);
+  check_broadcast_values(collectives::broadcast_naive, "broadcast_naive", kWorldSizes, kCounts,
+                         true);
 }
 
 TEST(BroadcastNaive, Traffic) {
@@ -119,9 +122,9 @@ TEST(BroadcastTree, SimTime) {
       if (::testing::Test::HasFailure()) return;  // report the first failing case only
       const double got = sim_time_of(time_case(p, kTimeCount) + ", root " + std::to_string(root),
                                      "broadcast_tree", p, model, [&] {
-        std::vector<float> buf(kTimeCount, 1.0f);
-        collectives::broadcast_tree(buf, root);
-      });
+                                       std::vector<float> buf(kTimeCount, 1.0f);
+                                       collectives::broadcast_tree(buf, root);
+                                     });
       const double want = collectives::ceil_log2(p) * model.message_cost(0, 1, bytes);
       expect_time(got, want, "broadcast_tree", time_case(p, kTimeCount),
                   "ceil(log2 p)(alpha + n beta) " + model_text(model, bytes),
@@ -244,8 +247,8 @@ TEST(ReduceTree, Traffic) {
             << s.bytes_sent << " bytes";
         EXPECT_LE(s.messages_received, rounds)
             << "reduce_tree, " << traffic_case(p, root) << ": rank " << r << " received "
-            << s.messages_received << " messages; a binomial tree has only ceil(log2 p) = "
-            << rounds << " rounds";
+            << s.messages_received
+            << " messages; a binomial tree has only ceil(log2 p) = " << rounds << " rounds";
       }
       EXPECT_EQ(stats[static_cast<std::size_t>(root)].messages_received, rounds)
           << "reduce_tree, " << traffic_case(p, root) << ": dst receives once per round, "
@@ -265,8 +268,8 @@ TEST(ReduceTree, SimTime) {
       std::vector<float> buf(kTimeCount, 1.0f);
       collectives::reduce_tree(buf, root, ReduceOp::Sum);
     });
-    const double want = collectives::ceil_log2(p) *
-                        (model.message_cost(0, 1, bytes) + model.reduce_cost(bytes));
+    const double want =
+        collectives::ceil_log2(p) * (model.message_cost(0, 1, bytes) + model.reduce_cost(bytes));
     expect_time(got, want, "reduce_tree", time_case(p, kTimeCount),
                 "ceil(log2 p)(alpha + n beta + n gamma) " + model_text(model, bytes),
                 "receive from the nearest child first (its subtree is ready first) and reduce "
@@ -316,7 +319,7 @@ TEST(AllReduceNaive, SimTime) {
 
 TEST(AllReduceButterfly, Values) {
   check_all_reduce_values(collectives::all_reduce_butterfly, "all_reduce_butterfly", kWorldSizes,
-                         kCounts);
+                          kCounts);
 }
 
 TEST(AllReduceButterfly, Traffic) {
@@ -355,8 +358,8 @@ TEST(AllReduceButterfly, SimTime) {
       collectives::all_reduce_butterfly(buf, ReduceOp::Sum);
     });
     const double c = model.message_cost(0, 1, bytes);
-    const double want = pow2 ? floor_log2(p) * (c + model.reduce_cost(bytes))
-                             : (floor_log2(p) + 2) * c;
+    const double want =
+        pow2 ? floor_log2(p) * (c + model.reduce_cost(bytes)) : (floor_log2(p) + 2) * c;
     expect_time(got, want, "all_reduce_butterfly", time_case(p, kTimeCount),
                 std::string(pow2 ? "log2(p)(alpha + n beta + n gamma) "
                                  : "(floor(log2 p) + 2)(alpha + n beta) ") +
@@ -406,8 +409,8 @@ TEST(AllReduceRing, SimTime) {
       collectives::all_reduce_ring(buf, ReduceOp::Sum);
     });
     const std::size_t chunk = kTimeCount / static_cast<std::size_t>(p) * sizeof(float);
-    const double want = 2 * (p - 1) * model.message_cost(0, 1, chunk) +
-                        (p - 1) * model.reduce_cost(chunk);
+    const double want =
+        2 * (p - 1) * model.message_cost(0, 1, chunk) + (p - 1) * model.reduce_cost(chunk);
     expect_time(got, want, "all_reduce_ring", time_case(p, kTimeCount),
                 "2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma " +
                     model_text(model, kTimeCount * sizeof(float)),
@@ -428,7 +431,8 @@ TEST(GatherNaive, Traffic) {
     for (int root : traffic_roots(p)) {
       if (::testing::Test::HasFailure()) return;  // report the first failing case only
       auto stats = traffic(traffic_case(p, root), "gather_naive", p, [&] {
-        std::vector<float> in(kTrafficCount, 1.0f), out(kTrafficCount * static_cast<std::size_t>(p));
+        std::vector<float> in(kTrafficCount, 1.0f),
+            out(kTrafficCount * static_cast<std::size_t>(p));
         collectives::gather_naive(in, out, root);
       });
       if (stats.empty()) return;
@@ -469,7 +473,8 @@ TEST(GatherTree, Traffic) {
     for (int root : traffic_roots(p)) {
       if (::testing::Test::HasFailure()) return;  // report the first failing case only
       auto stats = traffic(traffic_case(p, root), "gather_tree", p, [&] {
-        std::vector<float> in(kTrafficCount, 1.0f), out(kTrafficCount * static_cast<std::size_t>(p));
+        std::vector<float> in(kTrafficCount, 1.0f),
+            out(kTrafficCount * static_cast<std::size_t>(p));
         collectives::gather_tree(in, out, root);
       });
       if (stats.empty()) return;
@@ -579,10 +584,11 @@ TEST(ReduceScatterRing, SimTime) {
   const std::size_t m = kTimeCount / 8;
   for (int p : kWorldSizes) {
     if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const double got = sim_time_of(time_case(p, m) + " per rank", "reduce_scatter_ring", p, model, [&] {
-      std::vector<float> in(m * static_cast<std::size_t>(p), 1.0f), out(m);
-      collectives::reduce_scatter_ring(in, out, ReduceOp::Sum);
-    });
+    const double got =
+        sim_time_of(time_case(p, m) + " per rank", "reduce_scatter_ring", p, model, [&] {
+          std::vector<float> in(m * static_cast<std::size_t>(p), 1.0f), out(m);
+          collectives::reduce_scatter_ring(in, out, ReduceOp::Sum);
+        });
     const std::size_t b = m * sizeof(float);
     const double want = (p - 1) * (model.message_cost(0, 1, b) + model.reduce_cost(b));
     expect_time(got, want, "reduce_scatter_ring", time_case(p, m),

@@ -19,15 +19,42 @@ std::vector<int> job_size() {
 
 }  // namespace
 
-TEST(Mpi, BroadcastNaive) { check_broadcast_values(collectives::broadcast_naive, "broadcast_naive", job_size(), kCounts, true); }
-TEST(Mpi, BroadcastTree) { check_broadcast_values(collectives::broadcast_tree, "broadcast_tree", job_size(), kCounts, true); }
-TEST(Mpi, BroadcastRing) { check_broadcast_values(collectives::broadcast_ring, "broadcast_ring", job_size(), kCounts, true); }
-TEST(Mpi, ReduceNaive) { check_reduce_values(collectives::reduce_naive, "reduce_naive", job_size(), kCounts, true); }
-TEST(Mpi, ReduceTree) { check_reduce_values(collectives::reduce_tree, "reduce_tree", job_size(), kCounts, true); }
-TEST(Mpi, AllReduceNaive) { check_all_reduce_values(collectives::all_reduce_naive, "all_reduce_naive", job_size(), kCounts); }
-TEST(Mpi, AllReduceButterfly) { check_all_reduce_values(collectives::all_reduce_butterfly, "all_reduce_butterfly", job_size(), kCounts); }
-TEST(Mpi, AllReduceRing) { check_all_reduce_values(collectives::all_reduce_ring, "all_reduce_ring", job_size(), kCounts); }
-TEST(Mpi, GatherNaive) { check_gather_values(collectives::gather_naive, "gather_naive", job_size(), kCounts, true); }
-TEST(Mpi, GatherTree) { check_gather_values(collectives::gather_tree, "gather_tree", job_size(), kCounts, true); }
-TEST(Mpi, AllGatherRing) { check_all_gather_values(collectives::all_gather_ring, "all_gather_ring", job_size(), kCounts); }
-TEST(Mpi, ReduceScatterRing) { check_reduce_scatter_values(collectives::reduce_scatter_ring, "reduce_scatter_ring", job_size(), kCounts); }
+TEST(Mpi, BroadcastNaive) {
+  check_broadcast_values(collectives::broadcast_naive, "broadcast_naive", job_size(), kCounts,
+                         true);
+}
+TEST(Mpi, BroadcastTree) {
+  check_broadcast_values(collectives::broadcast_tree, "broadcast_tree", job_size(), kCounts, true);
+}
+TEST(Mpi, BroadcastRing) {
+  check_broadcast_values(collectives::broadcast_ring, "broadcast_ring", job_size(), kCounts, true);
+}
+TEST(Mpi, ReduceNaive) {
+  check_reduce_values(collectives::reduce_naive, "reduce_naive", job_size(), kCounts, true);
+}
+TEST(Mpi, ReduceTree) {
+  check_reduce_values(collectives::reduce_tree, "reduce_tree", job_size(), kCounts, true);
+}
+TEST(Mpi, AllReduceNaive) {
+  check_all_reduce_values(collectives::all_reduce_naive, "all_reduce_naive", job_size(), kCounts);
+}
+TEST(Mpi, AllReduceButterfly) {
+  check_all_reduce_values(collectives::all_reduce_butterfly, "all_reduce_butterfly", job_size(),
+                          kCounts);
+}
+TEST(Mpi, AllReduceRing) {
+  check_all_reduce_values(collectives::all_reduce_ring, "all_reduce_ring", job_size(), kCounts);
+}
+TEST(Mpi, GatherNaive) {
+  check_gather_values(collectives::gather_naive, "gather_naive", job_size(), kCounts, true);
+}
+TEST(Mpi, GatherTree) {
+  check_gather_values(collectives::gather_tree, "gather_tree", job_size(), kCounts, true);
+}
+TEST(Mpi, AllGatherRing) {
+  check_all_gather_values(collectives::all_gather_ring, "all_gather_ring", job_size(), kCounts);
+}
+TEST(Mpi, ReduceScatterRing) {
+  check_reduce_scatter_values(collectives::reduce_scatter_ring, "reduce_scatter_ring", job_size(),
+                              kCounts);
+}

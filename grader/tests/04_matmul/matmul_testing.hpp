@@ -34,20 +34,28 @@ enum class Strategy { Rows, Cols, Reduction, Blocks2D };
 
 inline const char* name_of(Strategy s) {
   switch (s) {
-    case Strategy::Rows: return "matmul_by_rows";
-    case Strategy::Cols: return "matmul_by_cols";
-    case Strategy::Reduction: return "matmul_by_reduction";
-    case Strategy::Blocks2D: return "matmul_2d_blocks";
+    case Strategy::Rows:
+      return "matmul_by_rows";
+    case Strategy::Cols:
+      return "matmul_by_cols";
+    case Strategy::Reduction:
+      return "matmul_by_reduction";
+    case Strategy::Blocks2D:
+      return "matmul_2d_blocks";
   }
   return "?";
 }
 
 inline Fn fn_of(Strategy s) {
   switch (s) {
-    case Strategy::Rows: return matmul::matmul_by_rows;
-    case Strategy::Cols: return matmul::matmul_by_cols;
-    case Strategy::Reduction: return matmul::matmul_by_reduction;
-    case Strategy::Blocks2D: return matmul::matmul_2d_blocks;
+    case Strategy::Rows:
+      return matmul::matmul_by_rows;
+    case Strategy::Cols:
+      return matmul::matmul_by_cols;
+    case Strategy::Reduction:
+      return matmul::matmul_by_reduction;
+    case Strategy::Blocks2D:
+      return matmul::matmul_2d_blocks;
   }
   return {};
 }
@@ -87,9 +95,9 @@ struct RankRecord {
 };
 
 struct RunResult {
-  bool ok = false;             // launch returned without an error
-  std::string error;           // otherwise its message
-  Eigen::MatrixXf C;           // rank 0's result (of the last call)
+  bool ok = false;                // launch returned without an error
+  std::string error;              // otherwise its message
+  Eigen::MatrixXf C;              // rank 0's result (of the last call)
   std::vector<RankRecord> ranks;  // of the last call
 };
 
@@ -132,8 +140,8 @@ inline RunResult run_strategy(const Fn& fn, const dist::LaunchOptions& options,
 
 struct Step {
   enum Kind { Broadcast, Scatter, Gather, Reduce } kind;
-  bool int64;   // the shape broadcast; float otherwise
-  long count;   // broadcast/reduce: the buffer; scatter/gather: elements per rank
+  bool int64;  // the shape broadcast; float otherwise
+  long count;  // broadcast/reduce: the buffer; scatter/gather: elements per rank
 };
 
 /// The plan matmul.hpp documents for strategy s on p ranks for A m x k, B k x n.
@@ -229,7 +237,8 @@ inline std::vector<RankRecord> run_plan(const std::vector<Step>& plan,
 /// (p = world size, R = ceil(log2 p), b = bytes): broadcast R (alpha + b beta); reduce
 /// R (alpha + b beta + b gamma); scatter and gather of p chunks of b bytes R alpha + (p-1) b beta.
 /// Collectives run one after the other, so the plan's time is the sum. Exact for gamma = 0.
-inline double closed_form_time(const std::vector<Step>& plan, int p, const dist::NetworkModel& net) {
+inline double closed_form_time(const std::vector<Step>& plan, int p,
+                               const dist::NetworkModel& net) {
   if (p == 1) return 0.0;
   const double rounds = std::ceil(std::log2(static_cast<double>(p)));
   const double alpha = net.latency_s, beta = 1.0 / net.bandwidth_Bps;
@@ -238,10 +247,16 @@ inline double closed_form_time(const std::vector<Step>& plan, int p, const dist:
   for (const Step& st : plan) {
     const double b = static_cast<double>(st.count) * (st.int64 ? 8.0 : 4.0);
     switch (st.kind) {
-      case Step::Broadcast: t += rounds * (alpha + b * beta); break;
-      case Step::Reduce: t += rounds * (alpha + b * beta + b * gamma); break;
+      case Step::Broadcast:
+        t += rounds * (alpha + b * beta);
+        break;
+      case Step::Reduce:
+        t += rounds * (alpha + b * beta + b * gamma);
+        break;
       case Step::Scatter:
-      case Step::Gather: t += rounds * alpha + (p - 1) * b * beta; break;
+      case Step::Gather:
+        t += rounds * alpha + (p - 1) * b * beta;
+        break;
     }
   }
   return t;
@@ -294,9 +309,9 @@ inline ::testing::AssertionResult result_ok(const RunResult& r, const Eigen::Mat
                                             double abs_tol = 0.0) {
   if (!r.ok) return ::testing::AssertionFailure() << r.error;
   if (r.C.rows() != want.rows() || r.C.cols() != want.cols()) {
-    return ::testing::AssertionFailure() << "rank 0 returned a " << r.C.rows() << "x" << r.C.cols()
-                                         << " matrix, expected " << want.rows() << "x"
-                                         << want.cols();
+    return ::testing::AssertionFailure()
+           << "rank 0 returned a " << r.C.rows() << "x" << r.C.cols() << " matrix, expected "
+           << want.rows() << "x" << want.cols();
   }
   for (std::size_t q = 1; q < r.ranks.size(); ++q) {
     if (r.ranks[q].rows * r.ranks[q].cols != 0) {
@@ -310,8 +325,8 @@ inline ::testing::AssertionResult result_ok(const RunResult& r, const Eigen::Mat
       const double g = r.C(i, j), w = want(i, j);
       if (!(std::abs(g - w) <= abs_tol)) {
         return ::testing::AssertionFailure()
-               << "C(" << i << ", " << j << ") = " << g << " but A*B gives " << w
-               << " (tolerance " << abs_tol << ")";
+               << "C(" << i << ", " << j << ") = " << g << " but A*B gives " << w << " (tolerance "
+               << abs_tol << ")";
       }
     }
   }

@@ -79,8 +79,8 @@ void plan_cases(Strategy s) {
   const dist::NetworkModel flat = dist::NetworkModel::flat();
   dist::NetworkModel with_gamma = flat;  // reductions cost time too
   with_gamma.reduce_Bps = 2e9;
-  const std::vector<int> ps = s == Strategy::Blocks2D ? std::vector<int>{4, 9}
-                                                      : std::vector<int>{2, 3, 4, 7};
+  const std::vector<int> ps =
+      s == Strategy::Blocks2D ? std::vector<int>{4, 9} : std::vector<int>{2, 3, 4, 7};
   unsigned seed = 100;
   for (int p : ps) {
     check_case(s, p, 40, 30, 20, seed++, true, flat);
@@ -119,7 +119,8 @@ TEST(ShareShape, EveryRankLearnsTheShapes) {
     for (int r = 0; r < p; ++r) {
       const auto& s = got[static_cast<std::size_t>(r)];
       EXPECT_TRUE(s.m == 5 && s.k == 3 && s.n == 7)
-          << "rank " << r << " got {" << s.m << ", " << s.k << ", " << s.n << "}, expected {5, 3, 7}";
+          << "rank " << r << " got {" << s.m << ", " << s.k << ", " << s.n
+          << "}, expected {5, 3, 7}";
     }
     const std::vector<Step> plan{{Step::Broadcast, true, 4}};
     EXPECT_TRUE(same_traffic(recs, run_plan(plan, opts), describe(plan)));
@@ -134,7 +135,10 @@ TEST(ShareShape, MismatchedShapesThrowOnEveryRank) {
   run_ranks(p, [&] {
     const Eigen::MatrixXf empty;
     try {
-      if (dist::rank() == 0) matmul::share_shape(A, B); else matmul::share_shape(empty, empty);
+      if (dist::rank() == 0)
+        matmul::share_shape(A, B);
+      else
+        matmul::share_shape(empty, empty);
     } catch (const std::invalid_argument& e) {
       std::lock_guard<std::mutex> lock(mu);
       msgs[static_cast<std::size_t>(dist::rank())] = e.what();
@@ -214,7 +218,10 @@ TEST(Matmul2dBlocks, NonSquareWorldSizeIsAClearError) {
       const Eigen::MatrixXf empty;
       std::string msg;
       try {
-        if (dist::rank() == 0) matmul::matmul_2d_blocks(A, B); else matmul::matmul_2d_blocks(empty, empty);
+        if (dist::rank() == 0)
+          matmul::matmul_2d_blocks(A, B);
+        else
+          matmul::matmul_2d_blocks(empty, empty);
       } catch (const std::invalid_argument& e) {
         msg = e.what();
       }

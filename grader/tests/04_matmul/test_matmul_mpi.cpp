@@ -38,9 +38,9 @@ void values(Strategy s) {
   }
   unsigned seed = 1;
   for (const Dims& d : kShapes) {
-    SCOPED_TRACE(std::string(name_of(s)) + " p=" + std::to_string(p) + " A " +
-                 std::to_string(d.m) + "x" + std::to_string(d.k) + " B " + std::to_string(d.k) +
-                 "x" + std::to_string(d.n) + ", rank " + std::to_string(me));
+    SCOPED_TRACE(std::string(name_of(s)) + " p=" + std::to_string(p) + " A " + std::to_string(d.m) +
+                 "x" + std::to_string(d.k) + " B " + std::to_string(d.k) + "x" +
+                 std::to_string(d.n) + ", rank " + std::to_string(me));
     const Eigen::MatrixXf A = int_matrix(d.m, d.k, seed);
     const Eigen::MatrixXf B = int_matrix(d.k, d.n, seed + 1000);
     ++seed;

@@ -30,7 +30,8 @@ void write_case(const std::filesystem::path& dir, const golden05::Case& gc) {
   const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
   mlp::MLP model(c, c.seed + 2);
   const auto params = model.parameters();
-  for (std::size_t i = 0; i < params.size(); ++i) datasets::save_npy(file(indexed("w", i)), params[i]->value);
+  for (std::size_t i = 0; i < params.size(); ++i)
+    datasets::save_npy(file(indexed("w", i)), params[i]->value);
 
   // One forward/backward on batch 0.
   mlp::Matrix x, probs, dlogits;
@@ -44,7 +45,8 @@ void write_case(const std::filesystem::path& dir, const golden05::Case& gc) {
   datasets::save_npy(file("loss"), std::span<const float>(&loss, 1), {1});
   mlp::softmax_cross_entropy_backward(probs, y, dlogits);
   model.backward(dlogits);
-  for (std::size_t i = 0; i < params.size(); ++i) datasets::save_npy(file(indexed("grad", i)), params[i]->grad);
+  for (std::size_t i = 0; i < params.size(); ++i)
+    datasets::save_npy(file(indexed("grad", i)), params[i]->grad);
 
   // A few SGD steps from the initial weights, on batches 0, 1, ...
   mlp::MLP fresh(c, c.seed + 2);
@@ -60,9 +62,11 @@ void write_case(const std::filesystem::path& dir, const golden05::Case& gc) {
   }
   datasets::save_npy(file("steps_x"), xs);
   datasets::save_npy(file("steps_y"), ys);
-  datasets::save_npy(file("losses"), std::span<const float>(losses), {static_cast<std::int64_t>(losses.size())});
+  datasets::save_npy(file("losses"), std::span<const float>(losses),
+                     {static_cast<std::int64_t>(losses.size())});
   const auto fp = fresh.parameters();
-  for (std::size_t i = 0; i < fp.size(); ++i) datasets::save_npy(file(indexed("final_w", i)), fp[i]->value);
+  for (std::size_t i = 0; i < fp.size(); ++i)
+    datasets::save_npy(file(indexed("final_w", i)), fp[i]->value);
   std::printf("%s: loss %.6f, after %d steps %.6f\n", gc.name.c_str(), static_cast<double>(loss),
               gc.steps, static_cast<double>(losses.back()));
 }

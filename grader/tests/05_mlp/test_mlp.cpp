@@ -14,8 +14,8 @@
 #include "mlp.hpp"
 #include "mlp_golden_cases.hpp"
 
-using mlp::Matrix;
 using distlab::testing::elements_near;
+using mlp::Matrix;
 
 namespace {
 
@@ -32,7 +32,8 @@ std::span<const float> span_of(const Matrix& m) {
 
 /// Central finite differences of a scalar function f of the matrix at (computed in float, so
 /// the tolerance of the comparisons below is loose: 1e-2 relative + 2e-3 absolute).
-Matrix finite_difference(Matrix at, const std::function<double(const Matrix&)>& f, float eps = 1e-2f) {
+Matrix finite_difference(Matrix at, const std::function<double(const Matrix&)>& f,
+                         float eps = 1e-2f) {
   Matrix g(at.rows(), at.cols());
   for (Eigen::Index i = 0; i < at.size(); ++i) {
     const float orig = at.data()[i];
@@ -62,7 +63,9 @@ std::string golden(const std::string& file) {
   return path;
 }
 Matrix golden_matrix(const std::string& file) { return datasets::load_npy_matrix(golden(file)); }
-mlp::Labels golden_labels(const std::string& file) { return datasets::load_npy_int32(golden(file)).data; }
+mlp::Labels golden_labels(const std::string& file) {
+  return datasets::load_npy_int32(golden(file)).data;
+}
 
 /// A model of the case's config with the reference's initial weights loaded.
 mlp::MLP golden_model(const golden05::Case& gc) {
@@ -126,12 +129,16 @@ TEST(Tanh, ForwardAndBackward) {
   mlp::tanh_forward(x, y);
   ASSERT_EQ(y.rows(), 4);
   ASSERT_EQ(y.cols(), 5);
-  for (Eigen::Index i = 0; i < x.size(); ++i) EXPECT_NEAR(y.data()[i], std::tanh(x.data()[i]), 1e-6);
+  for (Eigen::Index i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(y.data()[i], std::tanh(x.data()[i]), 1e-6);
   mlp::tanh_backward(y, g, dx);
-  const Matrix fd = finite_difference(x, [&](const Matrix& xp) {
-    mlp::tanh_forward(xp, yp);
-    return dot(yp, g);
-  }, 1e-3f);
+  const Matrix fd = finite_difference(
+      x,
+      [&](const Matrix& xp) {
+        mlp::tanh_forward(xp, yp);
+        return dot(yp, g);
+      },
+      1e-3f);
   EXPECT_TRUE(elements_near(span_of(dx), span_of(fd), kFdRel, kFdAbs));
 }
 
@@ -186,8 +193,9 @@ TEST(SoftmaxCrossEntropy, StableForLargeLogits) {
   const mlp::Labels y = {1, 2};
   Matrix probs, d;
   const float loss = mlp::softmax_cross_entropy_forward(z, y, probs);
-  ASSERT_TRUE(std::isfinite(loss)) << "the loss is not finite for large logits: exp overflowed; compute it so that no large "
-                                     "number is ever exponentiated (README: Tasks, 3, log-sum-exp)";
+  ASSERT_TRUE(std::isfinite(loss))
+      << "the loss is not finite for large logits: exp overflowed; compute it so that no large "
+         "number is ever exponentiated (README: Tasks, 3, log-sum-exp)";
   EXPECT_NEAR(loss, ce_closed_form(z, y), 1e-4);
   mlp::softmax_cross_entropy_backward(probs, y, d);
   EXPECT_TRUE(d.allFinite());
@@ -235,7 +243,8 @@ TEST_P(Golden, ForwardLossAndGradients) {
   const mlp::Labels y = golden_labels(gc.name + "_y.npy");
   const Matrix logits = model.forward(x);
   EXPECT_TRUE(elements_near(span_of(logits), span_of(golden_matrix(gc.name + "_logits.npy")),
-                            golden05::kRelTol, golden05::kAbsTol)) << "logits";
+                            golden05::kRelTol, golden05::kAbsTol))
+      << "logits";
   Matrix probs, dlogits;
   const float loss = mlp::softmax_cross_entropy_forward(logits, y, probs);
   const float want_loss = golden_matrix(gc.name + "_loss.npy")(0, 0);
@@ -248,7 +257,8 @@ TEST_P(Golden, ForwardLossAndGradients) {
     ASSERT_EQ(params[i]->grad.rows(), want.rows()) << "layer " << i;
     ASSERT_EQ(params[i]->grad.cols(), want.cols()) << "layer " << i;
     EXPECT_TRUE(elements_near(span_of(params[i]->grad), span_of(want), golden05::kRelTol,
-                              golden05::kAbsTol)) << "gradient of layer " << i;
+                              golden05::kAbsTol))
+        << "gradient of layer " << i;
   }
 }
 
@@ -272,11 +282,12 @@ TEST_P(Golden, HooksFireLastLayerFirstWithFinalGradients) {
   model.backward(dlogits);
   std::vector<int> want;
   for (int i = model.n_layers() - 1; i >= 0; --i) want.push_back(i);
-  EXPECT_EQ(order, want) << "each weight's hooks must run once, right after its gradient, last layer first";
+  EXPECT_EQ(order, want)
+      << "each weight's hooks must run once, right after its gradient, last layer first";
   for (std::size_t i = 0; i < seen.size() && order == want; ++i) {
-    EXPECT_TRUE(elements_near(span_of(seen[i]),
-                              span_of(golden_matrix(gc.name + "_grad" + std::to_string(i) + ".npy")),
-                              golden05::kRelTol, golden05::kAbsTol))
+    EXPECT_TRUE(elements_near(
+        span_of(seen[i]), span_of(golden_matrix(gc.name + "_grad" + std::to_string(i) + ".npy")),
+        golden05::kRelTol, golden05::kAbsTol))
         << "gradient of layer " << i << " when its hook ran";
   }
 }
@@ -294,20 +305,24 @@ TEST_P(Golden, SgdTrajectory) {
     x = xs.middleRows(static_cast<Eigen::Index>(s) * c.batch_size, c.batch_size);
     const mlp::Labels y(ys.begin() + s * c.batch_size, ys.begin() + (s + 1) * c.batch_size);
     const float loss = mlp::train_step(model, opt, x, y, probs, dlogits);
-    EXPECT_NEAR(loss, want_losses(0, s), golden05::kAbsTolSteps + golden05::kRelTol * std::abs(want_losses(0, s)))
+    EXPECT_NEAR(loss, want_losses(0, s),
+                golden05::kAbsTolSteps + golden05::kRelTol * std::abs(want_losses(0, s)))
         << "loss of step " << s;
   }
   const auto params = model.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
-    EXPECT_TRUE(elements_near(span_of(params[i]->value),
-                              span_of(golden_matrix(gc.name + "_final_w" + std::to_string(i) + ".npy")),
-                              golden05::kRelTol, golden05::kAbsTolSteps))
+    EXPECT_TRUE(
+        elements_near(span_of(params[i]->value),
+                      span_of(golden_matrix(gc.name + "_final_w" + std::to_string(i) + ".npy")),
+                      golden05::kRelTol, golden05::kAbsTolSteps))
         << "weights of layer " << i << " after " << gc.steps << " steps";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Golden, ::testing::ValuesIn(golden05::cases()),
-                         [](const ::testing::TestParamInfo<golden05::Case>& p) { return p.param.name; });
+                         [](const ::testing::TestParamInfo<golden05::Case>& p) {
+                           return p.param.name;
+                         });
 
 // ---------------------------------------------------------------------------------------------
 // The seed config learns.

@@ -41,8 +41,8 @@ inline const datasets::Split& small_data() {
 }
 
 struct Trajectory {
-  std::vector<float> losses;           // per step: the loss of the global batch
-  std::vector<mlp::Matrix> weights;    // after the last step
+  std::vector<float> losses;         // per step: the loss of the global batch
+  std::vector<mlp::Matrix> weights;  // after the last step
 };
 
 /// One process, batch world_size * B: the concatenation of the ranks' batches of each step.
@@ -58,7 +58,8 @@ inline Trajectory single_process(int world_size) {
   for (int s = 0; s < kSteps; ++s) {
     y.clear();
     for (int r = 0; r < world_size; ++r) {
-      loader.load(static_cast<std::int64_t>(s) * world_size + r, xb, yb);  // closed form of the sharding
+      loader.load(static_cast<std::int64_t>(s) * world_size + r, xb,
+                  yb);  // closed form of the sharding
       x.middleRows(static_cast<Eigen::Index>(r) * c.batch_size, c.batch_size) = xb;
       y.insert(y.end(), yb.begin(), yb.end());
     }
@@ -72,12 +73,18 @@ enum class Mode { Kit, Manual, MyDPPerParameter, MyDPOneBucket, BrokenSum, Broke
 
 inline const char* name(Mode m) {
   switch (m) {
-    case Mode::Kit: return "KitDDP";
-    case Mode::Manual: return "Manual";
-    case Mode::MyDPPerParameter: return "MyDPCap0";
-    case Mode::MyDPOneBucket: return "MyDPDefaultCap";
-    case Mode::BrokenSum: return "BrokenSum";
-    case Mode::BrokenNoBroadcast: return "BrokenNoBroadcast";
+    case Mode::Kit:
+      return "KitDDP";
+    case Mode::Manual:
+      return "Manual";
+    case Mode::MyDPPerParameter:
+      return "MyDPCap0";
+    case Mode::MyDPOneBucket:
+      return "MyDPDefaultCap";
+    case Mode::BrokenSum:
+      return "BrokenSum";
+    case Mode::BrokenNoBroadcast:
+      return "BrokenNoBroadcast";
   }
   return "?";
 }
@@ -94,14 +101,21 @@ inline std::vector<Trajectory> data_parallel(int world_size, Mode mode) {
     std::unique_ptr<dp::KitDDP> kit;
     std::unique_ptr<dp::MyDP> mine;
     switch (mode) {
-      case Mode::Kit: kit = std::make_unique<dp::KitDDP>(model); break;
-      case Mode::MyDPPerParameter: mine = std::make_unique<dp::MyDP>(model, 0); break;
-      case Mode::MyDPOneBucket: mine = std::make_unique<dp::MyDP>(model); break;
+      case Mode::Kit:
+        kit = std::make_unique<dp::KitDDP>(model);
+        break;
+      case Mode::MyDPPerParameter:
+        mine = std::make_unique<dp::MyDP>(model, 0);
+        break;
+      case Mode::MyDPOneBucket:
+        mine = std::make_unique<dp::MyDP>(model);
+        break;
       case Mode::Manual:
       case Mode::BrokenSum:
         for (auto* p : model.parameters()) dist::broadcast(dist::as_span(p->value), 0);
         break;
-      case Mode::BrokenNoBroadcast: break;
+      case Mode::BrokenNoBroadcast:
+        break;
     }
     mlp::SGD opt(model.parameters(), c.learning_rate);
     const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
@@ -115,13 +129,20 @@ inline std::vector<Trajectory> data_parallel(int world_size, Mode mode) {
       mlp::softmax_cross_entropy_backward(probs, y, dlogits);
       model.backward(dlogits);
       switch (mode) {
-        case Mode::Kit: kit->finish_gradient_sync(); break;
+        case Mode::Kit:
+          kit->finish_gradient_sync();
+          break;
         case Mode::MyDPPerParameter:
-        case Mode::MyDPOneBucket: mine->finish_gradient_sync(); break;
+        case Mode::MyDPOneBucket:
+          mine->finish_gradient_sync();
+          break;
         case Mode::Manual:
-        case Mode::BrokenNoBroadcast: dp::all_reduce_gradients(model); break;
+        case Mode::BrokenNoBroadcast:
+          dp::all_reduce_gradients(model);
+          break;
         case Mode::BrokenSum:
-          for (auto* p : model.parameters()) dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Sum);
+          for (auto* p : model.parameters())
+            dist::all_reduce(dist::as_span(p->grad), dist::ReduceOp::Sum);
           break;
       }
       opt.step();
@@ -148,11 +169,14 @@ inline std::string compare(const Trajectory& got, const Trajectory& want) {
   for (std::size_t i = 0; i < want.weights.size(); ++i) {
     const auto& g = got.weights[i];
     const auto& w = want.weights[i];
-    if (g.rows() != w.rows() || g.cols() != w.cols()) return "layer " + std::to_string(i) + " has the wrong shape";
-    auto r = distlab::testing::elements_near(std::span<const float>(g.data(), static_cast<std::size_t>(g.size())),
-                                             std::span<const float>(w.data(), static_cast<std::size_t>(w.size())),
-                                             kRelTol, kAbsTol);
-    if (!r) return "weights of layer " + std::to_string(i) + " after " + std::to_string(kSteps) + " steps: " + r.message();
+    if (g.rows() != w.rows() || g.cols() != w.cols())
+      return "layer " + std::to_string(i) + " has the wrong shape";
+    auto r = distlab::testing::elements_near(
+        std::span<const float>(g.data(), static_cast<std::size_t>(g.size())),
+        std::span<const float>(w.data(), static_cast<std::size_t>(w.size())), kRelTol, kAbsTol);
+    if (!r)
+      return "weights of layer " + std::to_string(i) + " after " + std::to_string(kSteps) +
+             " steps: " + r.message();
   }
   return {};
 }
@@ -163,7 +187,8 @@ inline std::vector<std::vector<int>> expected_buckets(const mlp::MLP& model, std
   std::size_t used = 0;
   const auto params = model.parameters();
   for (int i = static_cast<int>(params.size()) - 1; i >= 0; --i) {
-    const std::size_t bytes = static_cast<std::size_t>(params[static_cast<std::size_t>(i)]->numel()) * sizeof(float);
+    const std::size_t bytes =
+        static_cast<std::size_t>(params[static_cast<std::size_t>(i)]->numel()) * sizeof(float);
     if (out.empty() || used + bytes > cap) {
       out.emplace_back();
       used = 0;

@@ -32,17 +32,20 @@ TEST_P(EqualsSingleProcess, ParametersAndLosses) {
   const auto got = dptest::data_parallel(world, mode);
   for (int r = 0; r < world; ++r) {
     const std::string diff = dptest::compare(got[static_cast<std::size_t>(r)], want);
-    EXPECT_TRUE(diff.empty()) << "rank " << r << " of " << world << " (" << dptest::name(mode) << "): " << diff;
+    EXPECT_TRUE(diff.empty()) << "rank " << r << " of " << world << " (" << dptest::name(mode)
+                              << "): " << diff;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllModes, EqualsSingleProcess,
-    ::testing::Combine(::testing::Values(Mode::Kit, Mode::Manual, Mode::MyDPPerParameter, Mode::MyDPOneBucket),
-                       ::testing::Values(1, 2, 3, 4)),
-    [](const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
-      return std::string(dptest::name(std::get<0>(p.param))) + "_world" + std::to_string(std::get<1>(p.param));
-    });
+INSTANTIATE_TEST_SUITE_P(AllModes, EqualsSingleProcess,
+                         ::testing::Combine(::testing::Values(Mode::Kit, Mode::Manual,
+                                                              Mode::MyDPPerParameter,
+                                                              Mode::MyDPOneBucket),
+                                            ::testing::Values(1, 2, 3, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<Mode, int>>& p) {
+                           return std::string(dptest::name(std::get<0>(p.param))) + "_world" +
+                                  std::to_string(std::get<1>(p.param));
+                         });
 
 TEST(EqualsSingleProcess, TheOracleRejectsSummedGradientsAndMissingBroadcast) {
   // The comparison above is strict enough to catch the two classic mistakes.
@@ -50,7 +53,8 @@ TEST(EqualsSingleProcess, TheOracleRejectsSummedGradientsAndMissingBroadcast) {
   const auto summed = dptest::data_parallel(3, Mode::BrokenSum);
   EXPECT_FALSE(dptest::compare(summed[0], want).empty()) << "summed gradients must not pass";
   const auto unbroadcast = dptest::data_parallel(3, Mode::BrokenNoBroadcast);
-  EXPECT_FALSE(dptest::compare(unbroadcast[1], want).empty()) << "replicas that never synced must not pass";
+  EXPECT_FALSE(dptest::compare(unbroadcast[1], want).empty())
+      << "replicas that never synced must not pass";
 }
 
 TEST(CheckParameterCloseness, TrueForEqualReplicasFalseWhenOneRankIsPerturbed) {
@@ -72,10 +76,13 @@ TEST(CheckParameterCloseness, TrueForEqualReplicasFalseWhenOneRankIsPerturbed) {
       perturbed[static_cast<std::size_t>(r)] = b;
     });
     for (int r = 0; r < world; ++r) {
-      EXPECT_EQ(equal[static_cast<std::size_t>(r)], 1) << "rank " << r << " of " << world << ": identical replicas";
-      EXPECT_EQ(tiny[static_cast<std::size_t>(r)], 1) << "rank " << r << " of " << world << ": a difference below rtol";
+      EXPECT_EQ(equal[static_cast<std::size_t>(r)], 1)
+          << "rank " << r << " of " << world << ": identical replicas";
+      EXPECT_EQ(tiny[static_cast<std::size_t>(r)], 1)
+          << "rank " << r << " of " << world << ": a difference below rtol";
       EXPECT_EQ(perturbed[static_cast<std::size_t>(r)], world > 1 ? 0 : 1)
-          << "rank " << r << " of " << world << ": one rank perturbed; every rank must get the answer";
+          << "rank " << r << " of " << world
+          << ": one rank perturbed; every rank must get the answer";
     }
   }
 }
@@ -90,7 +97,8 @@ TEST(MyDP, ConstructorBroadcastsRankZerosWeights) {
     const auto got = model.parameters();
     const auto want = rank0.parameters();
     for (std::size_t i = 0; i < got.size(); ++i) {
-      if (got[i]->value != want[i]->value) log.fail(dist::rank(), "layer " + std::to_string(i) + " differs from rank 0's");
+      if (got[i]->value != want[i]->value)
+        log.fail(dist::rank(), "layer " + std::to_string(i) + " differs from rank 0's");
     }
   });
   for (const auto& f : log.failures()) ADD_FAILURE() << f;
@@ -101,19 +109,21 @@ TEST(MyDP, BucketsFollowTheCapLastLayerFirst) {
   c.n_layers = 4;  // sizes: 24*16, 16*16, 16*16, 16*5 floats
   const mlp::MLP probe(c, 1);
   const std::size_t last_two = (16 * 5 + 16 * 16) * sizeof(float);
-  for (std::size_t cap : {std::size_t{0}, std::size_t{4}, last_two - 1, last_two, last_two + 16 * 16 * 4,
-                          dp::kDefaultBucketCap}) {
+  for (std::size_t cap : {std::size_t{0}, std::size_t{4}, last_two - 1, last_two,
+                          last_two + 16 * 16 * 4, dp::kDefaultBucketCap}) {
     const auto want = dptest::expected_buckets(probe, cap);
     distlab::testing::RankLog log;
     distlab::testing::run_ranks(2, [&] {
       mlp::MLP model(c, 1);
       dp::MyDP wrapped(model, cap);
       if (wrapped.num_buckets() != static_cast<int>(want.size())) {
-        log.fail(dist::rank(), "cap " + std::to_string(cap) + ": " + std::to_string(wrapped.num_buckets()) +
-                                   " buckets, expected " + std::to_string(want.size()));
+        log.fail(dist::rank(), "cap " + std::to_string(cap) + ": " +
+                                   std::to_string(wrapped.num_buckets()) + " buckets, expected " +
+                                   std::to_string(want.size()));
       } else if (wrapped.bucket_layout() != want) {
         log.fail(dist::rank(), "cap " + std::to_string(cap) +
-                                   ": wrong parameters in the buckets (build them from the last parameter to the first)");
+                                   ": wrong parameters in the buckets (build them from the last "
+                                   "parameter to the first)");
       }
     });
     for (const auto& f : log.failures()) ADD_FAILURE() << f;
@@ -161,8 +171,8 @@ double simulated_step(Mode mode, int world, double flops) {
     mlp::Matrix probs, dlogits;
     dist::barrier();
     const double t0 = dist::sim_time();
-    dp::dp_step(mine ? dp::GradientSync{mine.get()} : dp::ManualAllReduce{}, model, opt, x, y, probs, dlogits,
-                &compute);
+    dp::dp_step(mine ? dp::GradientSync{mine.get()} : dp::ManualAllReduce{}, model, opt, x, y,
+                probs, dlogits, &compute);
     const double t1 = dist::sim_time();
     if (dist::rank() == 0) step = t1 - t0;
   });
@@ -176,9 +186,10 @@ TEST(MyDP, OverlapShortensTheSimulatedStep) {
   const double after = simulated_step(Mode::Manual, 4, 20e9);
   const double overlap = simulated_step(Mode::MyDPPerParameter, 4, 20e9);
   ASSERT_GT(after, 0.0) << "the simulated clock did not advance";
-  EXPECT_LT(overlap, 0.95 * after) << "MyDP with one bucket per parameter: " << overlap * 1e3
-                                   << " ms per step; all-reduce after backward: " << after * 1e3
-                                   << " ms: no overlap. A bucket's all-reduce must already be under way "
-                                      "while backward computes the earlier layers, and be waited for only "
-                                      "once backward is done";
+  EXPECT_LT(overlap, 0.95 * after)
+      << "MyDP with one bucket per parameter: " << overlap * 1e3
+      << " ms per step; all-reduce after backward: " << after * 1e3
+      << " ms: no overlap. A bucket's all-reduce must already be under way "
+         "while backward computes the earlier layers, and be waited for only "
+         "once backward is done";
 }

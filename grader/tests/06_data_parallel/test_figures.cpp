@@ -15,7 +15,7 @@
 namespace {
 
 constexpr std::int64_t kSeedParams = 1024 * 256 + 256 * 256 + 256 * 256 + 256 * 32;  // 401,408
-constexpr std::int64_t kSeedFirstLayer = 1024 * 256;                                // 262,144
+constexpr std::int64_t kSeedFirstLayer = 1024 * 256;                                 // 262,144
 
 }  // namespace
 
@@ -34,7 +34,8 @@ TEST(KitFigures, StepFlopsCountOnlyTheProductsBackwardComputes) {
   const dp::StepFlops f = dp::step_flops(model, c.batch_size);
   const double b = c.batch_size;
   EXPECT_DOUBLE_EQ(f.forward, 2 * b * kSeedParams);
-  EXPECT_DOUBLE_EQ(f.backward_total(), 2 * b * kSeedParams + 2 * b * (kSeedParams - kSeedFirstLayer));
+  EXPECT_DOUBLE_EQ(f.backward_total(),
+                   2 * b * kSeedParams + 2 * b * (kSeedParams - kSeedFirstLayer));
   ASSERT_EQ(f.backward.size(), 4u);
   EXPECT_DOUBLE_EQ(f.backward[0], 2 * b * kSeedFirstLayer) << "the first layer: dW only";
   EXPECT_DOUBLE_EQ(f.backward[1], 4 * b * 256 * 256) << "a hidden layer: dW and dx";

@@ -68,7 +68,8 @@ inline const datasets::Split& data_for(const mlp::Config& c) {
   static std::mutex mu;
   static std::map<std::string, std::unique_ptr<datasets::Split>> cache;
   std::lock_guard<std::mutex> g(mu);
-  const std::string key = config_name(c) + " " + std::to_string(c.seed) + " " + std::to_string(c.train_size);
+  const std::string key =
+      config_name(c) + " " + std::to_string(c.seed) + " " + std::to_string(c.train_size);
   auto& slot = cache[key];
   if (!slot) slot = std::make_unique<datasets::Split>(mlp::make_data(c));
   return *slot;
@@ -107,15 +108,15 @@ inline Reference single_process(const mlp::Config& c, int steps) {
 
 /// What one rank saw.
 struct RankRecord {
-  int begin = 0, end = 0;                       // the stage's layers
-  std::vector<double> losses;                   // train_step's return, per step
+  int begin = 0, end = 0;                         // the stage's layers
+  std::vector<double> losses;                     // train_step's return, per step
   std::vector<std::vector<mlp::Matrix>> weights;  // [step][k]: the stage's weights after each step
-  dist::Stats stats;                            // traffic of the LAST step
-  double step_s = 0;                            // simulated time of the last step (barrier to barrier)
-  int peak_microbatches = 0;                    // of the last step
+  dist::Stats stats;                              // traffic of the LAST step
+  double step_s = 0;          // simulated time of the last step (barrier to barrier)
+  int peak_microbatches = 0;  // of the last step
   std::int64_t peak_bytes = 0;
-  int stash_after = -1;                         // microbatches stashed after the last step
-  std::vector<std::string> order;               // F<i>/B<i> span names of the last step
+  int stash_after = -1;            // microbatches stashed after the last step
+  std::vector<std::string> order;  // F<i>/B<i> span names of the last step
 };
 
 struct PipelineRun {
@@ -132,9 +133,9 @@ inline dist::NetworkModel free_network() {
 }
 
 /// Trains `steps` steps with p stages; every step is measured between barriers.
-inline PipelineRun run_pipeline(const mlp::Config& c, int p, int m, pp::Schedule schedule, int steps,
-                        const dist::NetworkModel& network = dist::NetworkModel{},
-                        double flops_per_s = 1e9) {
+inline PipelineRun run_pipeline(const mlp::Config& c, int p, int m, pp::Schedule schedule,
+                                int steps, const dist::NetworkModel& network = dist::NetworkModel{},
+                                double flops_per_s = 1e9) {
   const auto& data = data_for(c);
   PipelineRun run;
   run.ranks.resize(static_cast<std::size_t>(p));
@@ -190,15 +191,15 @@ inline ::testing::AssertionResult close(const mlp::Matrix& got, const mlp::Matri
     return ::testing::AssertionFailure() << "shape " << got.rows() << "x" << got.cols()
                                          << ", expected " << want.rows() << "x" << want.cols();
   }
-  return distlab::testing::elements_near(std::span<const float>(got.data(), static_cast<std::size_t>(got.size())),
-                                         std::span<const float>(want.data(), static_cast<std::size_t>(want.size())),
-                                         kRelTol, kAbsTol);
+  return distlab::testing::elements_near(
+      std::span<const float>(got.data(), static_cast<std::size_t>(got.size())),
+      std::span<const float>(want.data(), static_cast<std::size_t>(want.size())), kRelTol, kAbsTol);
 }
 
 /// The values of ranks [first, last) of a run against single-process training: the stages'
 /// layers cover the model exactly once, every weight after every step, the last stage's losses.
-inline void expect_values(const PipelineRun& run, const mlp::Config& c, const Reference& ref, int first, int last,
-                          const std::string& what, bool check_cut = true) {
+inline void expect_values(const PipelineRun& run, const mlp::Config& c, const Reference& ref,
+                          int first, int last, const std::string& what, bool check_cut = true) {
   SCOPED_TRACE(what);
   ASSERT_TRUE(run.ok) << run.error;
   const int p = static_cast<int>(run.ranks.size());

@@ -44,8 +44,8 @@ TEST(StageLayers, NearEqualConsecutiveEarlierStagesLarger) {
 // ---- Task 2: one stage's forward and backward ----------------------------------------------------
 
 /// The MLP's gradients on a batch (single process).
-std::vector<mlp::Matrix> mlp_gradients(const mlp::Config& c, const mlp::Matrix& x, const mlp::Labels& y,
-                                       mlp::Matrix* logits_out) {
+std::vector<mlp::Matrix> mlp_gradients(const mlp::Config& c, const mlp::Matrix& x,
+                                       const mlp::Labels& y, mlp::Matrix* logits_out) {
   mlp::MLP model(c, c.seed + 2);
   mlp::Matrix probs, dlogits;
   const mlp::Matrix& logits = model.forward(x);
@@ -107,11 +107,13 @@ TEST(StageCompute, TwoStagesChainAndAccumulateOverMicrobatches) {
     s0.backward(dx1, i, dx0);
   }
   for (int k = 0; k < 3; ++k) {
-    EXPECT_TRUE(close(s0.parameters()[static_cast<std::size_t>(k)]->grad, want[static_cast<std::size_t>(k)]))
+    EXPECT_TRUE(close(s0.parameters()[static_cast<std::size_t>(k)]->grad,
+                      want[static_cast<std::size_t>(k)]))
         << "stage 0, layer " << k << ": gradients must ADD over microbatches";
   }
   for (int k = 0; k < 2; ++k) {
-    EXPECT_TRUE(close(s1.parameters()[static_cast<std::size_t>(k)]->grad, want[static_cast<std::size_t>(3 + k)]))
+    EXPECT_TRUE(close(s1.parameters()[static_cast<std::size_t>(k)]->grad,
+                      want[static_cast<std::size_t>(3 + k)]))
         << "stage 1, layer " << 3 + k;
   }
   EXPECT_EQ(s0.meter().peak_microbatches(), 1);
@@ -142,11 +144,13 @@ void values(Schedule s) {
     const mlp::Config c = tiny_config(layers, 16);
     const Reference ref = single_process(c, 2);
     for (int p = 1; p <= 4; ++p) {
-      const std::vector<int> ms = s == Schedule::Naive ? std::vector<int>{1, 3} : std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8};
+      const std::vector<int> ms =
+          s == Schedule::Naive ? std::vector<int>{1, 3} : std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8};
       for (int m : ms) {
         const PipelineRun run = run_pipeline(c, p, m, s, 2);
-        expect_values(run, c, ref, 0, p, std::string(pp::to_string(s)) + ": " + config_name(c) + ", p=" +
-                                             std::to_string(p) + ", m=" + std::to_string(m));
+        expect_values(run, c, ref, 0, p,
+                      std::string(pp::to_string(s)) + ": " + config_name(c) +
+                          ", p=" + std::to_string(p) + ", m=" + std::to_string(m));
         if (::testing::Test::HasFailure()) return;
       }
     }
@@ -167,12 +171,14 @@ void traffic(Schedule s) {
       ASSERT_TRUE(run.ok) << run.error;
       const int msgs = s == Schedule::Naive ? 1 : m;
       for (int r = 0; r < p; ++r) {
-        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) + ", m=" + std::to_string(m) +
-                     ", stage " + std::to_string(r));
+        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) +
+                     ", m=" + std::to_string(m) + ", stage " + std::to_string(r));
         const dist::Stats& st = run.ranks[static_cast<std::size_t>(r)].stats;
         const auto [begin, end] = expected_layers(c.n_layers, p, r);
-        const std::uint64_t fwd_bytes = 4ull * static_cast<std::uint64_t>(c.batch_size) * static_cast<std::uint64_t>(c.layer_out(end - 1));
-        const std::uint64_t bwd_bytes = 4ull * static_cast<std::uint64_t>(c.batch_size) * static_cast<std::uint64_t>(c.layer_in(begin));
+        const std::uint64_t fwd_bytes = 4ull * static_cast<std::uint64_t>(c.batch_size) *
+                                        static_cast<std::uint64_t>(c.layer_out(end - 1));
+        const std::uint64_t bwd_bytes = 4ull * static_cast<std::uint64_t>(c.batch_size) *
+                                        static_cast<std::uint64_t>(c.layer_in(begin));
         EXPECT_EQ(st.builtin_collectives, 0u) << "point-to-point calls only";
         for (int q = 0; q < p; ++q) {
           const auto k = static_cast<std::size_t>(q);
@@ -201,8 +207,8 @@ TEST(Traffic, OneFOneB) { traffic(Schedule::OneFOneB); }
 
 // ---- Simulated time: step time and bubble against the closed forms --------------------------------
 
-void simulated_time(Schedule s, const std::vector<int>& stages, const std::vector<int>& microbatches,
-                    int layers_per_stage) {
+void simulated_time(Schedule s, const std::vector<int>& stages,
+                    const std::vector<int>& microbatches, int layers_per_stage) {
   const int width = 16;
   const double flops = 1e9;
   for (int p : stages) {
@@ -217,12 +223,13 @@ void simulated_time(Schedule s, const std::vector<int>& stages, const std::vecto
       const double tb = 2 * tf;
       const double want_step = (mm + p - 1) * (tf + tb);
       const double want_bubble = static_cast<double>(p - 1) / (mm + p - 1);
-      SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) + ", m=" + std::to_string(m) +
-                   ", tf=" + std::to_string(tf * 1e6) + " us, tb=2tf");
+      SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) +
+                   ", m=" + std::to_string(m) + ", tf=" + std::to_string(tf * 1e6) + " us, tb=2tf");
       const double step = run.ranks[0].step_s;
       const double bubble = 1.0 - mm * (tf + tb) / step;  // every stage computes mm(tf+tb)
       EXPECT_NEAR(step, want_step, 0.01 * want_step)
-          << "simulated step time " << step * 1e6 << " us, the schedule's formula gives " << want_step * 1e6 << " us";
+          << "simulated step time " << step * 1e6 << " us, the schedule's formula gives "
+          << want_step * 1e6 << " us";
       EXPECT_NEAR(bubble, want_bubble, std::max(1e-9, 0.01 * want_bubble))
           << "measured bubble fraction " << bubble << ", expected " << want_bubble;
       if (::testing::Test::HasFailure()) return;
@@ -230,7 +237,9 @@ void simulated_time(Schedule s, const std::vector<int>& stages, const std::vecto
   }
 }
 
-TEST(SimulatedTime, NaiveBubbleIsPMinus1OverP) { simulated_time(Schedule::Naive, {1, 2, 3, 4}, {1, 4}, 1); }
+TEST(SimulatedTime, NaiveBubbleIsPMinus1OverP) {
+  simulated_time(Schedule::Naive, {1, 2, 3, 4}, {1, 4}, 1);
+}
 TEST(SimulatedTime, GPipeBubbleIsPMinus1OverMPlusPMinus1) {
   simulated_time(Schedule::GPipe, {1, 2, 3, 4}, {1, 2, 3, 4, 6, 8}, 1);
 }
@@ -247,8 +256,8 @@ void memory(Schedule s) {
       const PipelineRun run = run_pipeline(c, p, m, s, 1);
       ASSERT_TRUE(run.ok) << run.error;
       for (int r = 0; r < p; ++r) {
-        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) + ", m=" + std::to_string(m) +
-                     ", stage " + std::to_string(r));
+        SCOPED_TRACE(std::string(pp::to_string(s)) + ": p=" + std::to_string(p) +
+                     ", m=" + std::to_string(m) + ", stage " + std::to_string(r));
         const RankRecord& rec = run.ranks[static_cast<std::size_t>(r)];
         const auto [begin, end] = expected_layers(c.n_layers, p, r);
         const std::int64_t per_mb = (c.batch_size / m) * stash_bytes_per_row(c, begin, end);
@@ -264,7 +273,8 @@ void memory(Schedule s) {
             break;
           case Schedule::OneFOneB: {
             const int bound = std::min(p - r, m);
-            EXPECT_LE(rec.peak_microbatches, bound) << "1F1B stashes at most min(p - r, m) microbatches";
+            EXPECT_LE(rec.peak_microbatches, bound)
+                << "1F1B stashes at most min(p - r, m) microbatches";
             EXPECT_GE(rec.peak_microbatches, 1);
             EXPECT_LE(rec.peak_bytes, bound * per_mb);
             break;

@@ -30,8 +30,8 @@ void values(pp::Schedule s) {
     const Reference ref = single_process(c, 2);
     for (int m : {1, 3, 8}) {
       const PipelineRun run = run_pipeline(c, p, m, s, 2);
-      const std::string what = std::string(pp::to_string(s)) + ": " + config_name(c) + ", p=" +
-                               std::to_string(p) + ", m=" + std::to_string(m);
+      const std::string what = std::string(pp::to_string(s)) + ": " + config_name(c) +
+                               ", p=" + std::to_string(p) + ", m=" + std::to_string(m);
       if (me < 0) {
         expect_values(run, c, ref, 0, p, what);
       } else {

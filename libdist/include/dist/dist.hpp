@@ -45,11 +45,11 @@ std::size_t size_of(DataType type);
 /// Flat by default; with ranks_per_node > 0 it is two-level: ranks r and q share a node when
 /// r / ranks_per_node == q / ranks_per_node, and messages between nodes use the inter_node_* link.
 struct NetworkModel {
-  double latency_s = 5e-6;        // alpha: per message
-  double bandwidth_Bps = 10e9;    // 1/beta: per byte, per rank's link, each direction
-  double reduce_Bps = 0;          // 1/gamma: local reduction speed; 0 = free
-  int ranks_per_node = 0;         // 0 = flat network; > 0 = two-level (nodes of this many ranks)
-  double inter_node_latency_s = 20e-6;     // alpha between nodes (two-level only)
+  double latency_s = 5e-6;      // alpha: per message
+  double bandwidth_Bps = 10e9;  // 1/beta: per byte, per rank's link, each direction
+  double reduce_Bps = 0;        // 1/gamma: local reduction speed; 0 = free
+  int ranks_per_node = 0;       // 0 = flat network; > 0 = two-level (nodes of this many ranks)
+  double inter_node_latency_s = 20e-6;       // alpha between nodes (two-level only)
   double inter_node_bandwidth_Bps = 1.25e9;  // 1/beta between nodes (two-level only)
 
   /// Seconds one message of `bytes` bytes occupies the link from `src` to `dst`: alpha + bytes*beta.
@@ -57,16 +57,16 @@ struct NetworkModel {
   /// Seconds to reduce `bytes` bytes locally (0 when reduce_Bps == 0).
   double reduce_cost(std::size_t bytes) const;
 
-  static NetworkModel flat();                       // the defaults above
+  static NetworkModel flat();                         // the defaults above
   static NetworkModel two_level(int ranks_per_node);  // fast links inside a node, slow between
 };
 
 struct LaunchOptions {
-  int world_size = 4;               // ignored under mpirun (the job's size wins)
+  int world_size = 4;  // ignored under mpirun (the job's size wins)
   Backend backend = Backend::Threads;
   NetworkModel network{};
   std::chrono::milliseconds timeout{30000};  // a wait longer than this is an error, never a hang
-  std::string trace_path;           // write a Chrome trace JSON here ("" = off)
+  std::string trace_path;                    // write a Chrome trace JSON here ("" = off)
 };
 
 /// True when this process is one rank of a job that a launcher started: Open MPI's mpirun
@@ -92,8 +92,9 @@ struct NoMixin {};
 }  // namespace detail
 
 template <typename Self, typename Base>
-struct RankError : Base,
-                   std::conditional_t<std::is_base_of_v<Rethrowable, Base>, detail::NoMixin, Rethrowable> {
+struct RankError
+    : Base,
+      std::conditional_t<std::is_base_of_v<Rethrowable, Base>, detail::NoMixin, Rethrowable> {
   using Base::Base;
   std::exception_ptr with_message(const std::string& message) const override {
     return std::make_exception_ptr(Self(message));
@@ -176,9 +177,9 @@ void wait_all(std::span<Work> works);
 // A send and its recv must agree on element type and count; otherwise both ranks get a
 // MismatchError naming both ranks and both sizes.
 
-#define DIST_DECLARE_P2P(T)                                        \
-  void send(std::span<const T> buf, int dst, int tag = 0);         \
-  void recv(std::span<T> buf, int src, int tag = 0);               \
+#define DIST_DECLARE_P2P(T)                                               \
+  void send(std::span<const T> buf, int dst, int tag = 0);                \
+  void recv(std::span<T> buf, int src, int tag = 0);                      \
   [[nodiscard]] Work isend(std::span<const T> buf, int dst, int tag = 0); \
   [[nodiscard]] Work irecv(std::span<T> buf, int src, int tag = 0);
 DIST_DECLARE_P2P(float)

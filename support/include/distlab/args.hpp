@@ -15,15 +15,15 @@ namespace distlab {
 
 /// The launch flags and their defaults (a negative network number keeps the model's own).
 struct LaunchFlags {
-  int world_size = 4;             // -n, --world-size N
+  int world_size = 4;               // -n, --world-size N
   std::string backend = "threads";  // --backend threads|mpi|nccl
-  std::string trace;              // --trace FILE
-  std::string network = "flat";   // --network flat|two-level
-  int ranks_per_node = 4;         // --ranks-per-node G (two-level)
-  long timeout_ms = 30000;        // --timeout-ms MS
-  double latency_s = -1;          // --latency S: alpha of every link (two-level: inside a node)
-  double bandwidth_Bps = -1;      // --bandwidth BPS: 1/beta of every link (two-level: inside a node)
-  double reduce_Bps = -1;         // --reduce-bandwidth BPS: 1/gamma, local reduction speed
+  std::string trace;                // --trace FILE
+  std::string network = "flat";     // --network flat|two-level
+  int ranks_per_node = 4;           // --ranks-per-node G (two-level)
+  long timeout_ms = 30000;          // --timeout-ms MS
+  double latency_s = -1;            // --latency S: alpha of every link (two-level: inside a node)
+  double bandwidth_Bps = -1;  // --bandwidth BPS: 1/beta of every link (two-level: inside a node)
+  double reduce_Bps = -1;     // --reduce-bandwidth BPS: 1/gamma, local reduction speed
 
   /// The options these flags describe (throws dist::Error for an unknown backend or network).
   /// Under a launcher (dist::started_by_mpirun()) the backend defaults to Mpi.

@@ -22,7 +22,8 @@ inline std::shared_ptr<LaunchFlags> add_launch_options(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--backend", f->backend, "threads, mpi or nccl")
       ->check(CLI::IsMember({"threads", "mpi", "nccl"}));
-  app.add_option("--trace", f->trace, "write a Chrome trace (Perfetto) of the simulated clock here");
+  app.add_option("--trace", f->trace,
+                 "write a Chrome trace (Perfetto) of the simulated clock here");
   app.add_option("--network", f->network, "simulated network: flat or two-level")
       ->check(CLI::IsMember({"flat", "two-level"}));
   app.add_option("--ranks-per-node", f->ranks_per_node, "ranks per node for --network two-level")

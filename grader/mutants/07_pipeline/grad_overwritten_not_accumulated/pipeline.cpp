@@ -64,8 +64,8 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
 void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
   if (dy.cols() != out_features()) {
     throw std::invalid_argument("Stage::backward: stage " + std::to_string(stage_) + " expects a " +
-                                "gradient of " + std::to_string(out_features()) + " features, got " +
-                                std::to_string(dy.cols()));
+                                "gradient of " + std::to_string(out_features()) +
+                                " features, got " + std::to_string(dy.cols()));
   }
   // BEGIN SOLUTION: charge the backward, pop the microbatch's stash, walk the layers from the last: activation backward, accumulate the weight gradient, input gradient; dx only when not the first stage (README: Task 2)
   charge_backward(dy.rows(), microbatch);
@@ -159,7 +159,8 @@ const Matrix& forward_step(Stage& stage, const Batch& batch, int i, StepState& s
     const std::span<const std::int32_t> labels(batch.y.data() + rows.begin,
                                                static_cast<std::size_t>(rows.size));
     const float weight = static_cast<float>(rows.size) / static_cast<float>(batch.rows());
-    st.loss += static_cast<double>(weight) * mlp::softmax_cross_entropy_forward(*out, labels, st.probs);
+    st.loss +=
+        static_cast<double>(weight) * mlp::softmax_cross_entropy_forward(*out, labels, st.probs);
     Matrix dlogits;
     mlp::softmax_cross_entropy_backward(st.probs, labels, dlogits);
     dlogits *= weight;  // the batch's loss is the row-weighted mean of the microbatches' losses
@@ -259,9 +260,15 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
   // BEGIN SOLUTION: zero the gradients, run the chosen schedule, take one optimizer step (README: Task 7)
   stage.zero_grad();
   switch (schedule) {
-    case Schedule::Naive: run_naive(stage, batch, st); break;
-    case Schedule::GPipe: run_gpipe(stage, batch, st); break;
-    case Schedule::OneFOneB: run_1f1b(stage, batch, st); break;
+    case Schedule::Naive:
+      run_naive(stage, batch, st);
+      break;
+    case Schedule::GPipe:
+      run_gpipe(stage, batch, st);
+      break;
+    case Schedule::OneFOneB:
+      run_1f1b(stage, batch, st);
+      break;
   }
   opt.step();
   // END SOLUTION
@@ -273,9 +280,12 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
 
 const char* to_string(Schedule s) {
   switch (s) {
-    case Schedule::Naive: return "naive";
-    case Schedule::GPipe: return "gpipe";
-    case Schedule::OneFOneB: return "1f1b";
+    case Schedule::Naive:
+      return "naive";
+    case Schedule::GPipe:
+      return "gpipe";
+    case Schedule::OneFOneB:
+      return "1f1b";
   }
   return "?";
 }
@@ -289,9 +299,9 @@ Schedule schedule_from_string(const std::string& name) {
 
 Range shard_range(int n, int parts, int index) {
   if (n < 0 || parts < 1 || index < 0 || index >= parts) {
-    throw std::invalid_argument("shard_range(n=" + std::to_string(n) + ", parts=" +
-                                std::to_string(parts) + ", index=" + std::to_string(index) +
-                                "): need n >= 0, parts >= 1 and 0 <= index < parts");
+    throw std::invalid_argument(
+        "shard_range(n=" + std::to_string(n) + ", parts=" + std::to_string(parts) +
+        ", index=" + std::to_string(index) + "): need n >= 0, parts >= 1 and 0 <= index < parts");
   }
   const int base = n / parts;
   const int extra = n % parts;
