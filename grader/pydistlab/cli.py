@@ -132,6 +132,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", metavar="DIR", help="report folder (default build/grade/<id>/report)")
     g.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
     g.add_argument("--quiet", action="store_true", help="no progress lines, only the table")
+    g.add_argument("--sandbox", choices=["auto", "on", "limits", "off"], default="auto",
+                   help="compile and run submitted code in the sandbox: auto (bubblewrap where it "
+                        "works, else resource limits only, with the reason), on (bubblewrap or stop), "
+                        "limits (no bubblewrap: limits and, as root, an unprivileged uid), "
+                        "off (for timing only)")
 
     s = add("submit", _cmd_submit, "pack your owned files into a zip for upload")
     s.add_argument("modules", nargs="*", metavar="MODULE", help="only these modules (default all)")
