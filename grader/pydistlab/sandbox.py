@@ -118,20 +118,14 @@ def probe(request: str = "auto") -> Status:
     elif not shutil.which("bwrap"):
         reason = ("bubblewrap is not installed (Debian/Ubuntu: " + deps.install_line(["bubblewrap"]) + ")")
     else:
-        r = subprocess.run([*_base(), "--tmpfs", "/tmp", "true"], capture_output=True, text=True,
-                           stdin=subprocess.DEVNULL)
+        # What a test process gets (as root: bwrap as root, then setpriv to an unprivileged uid).
+        jail = TestJail(Status("bwrap"), Limits(0, 64, 0, 0))
+        r = subprocess.run(jail.command(["true"], Path("/usr/bin/true"), Path("/tmp")),
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             reason = ("bubblewrap cannot create namespaces here (" + (r.stderr.strip().splitlines() or
                       ["?"])[-1] + "); containers often forbid them (Docker: --security-opt "
                       "seccomp=unconfined, or a host with user namespaces)")
-        elif os.geteuid() == 0:
-            # The test processes drop to an unprivileged uid inside the sandbox (TestJail.command).
-            jail = TestJail(Status("bwrap"), Limits(0, 64, 0, 0))
-            r = subprocess.run(jail.command(["true"], Path("/usr/bin/true"), Path("/tmp")),
-                               capture_output=True, text=True, stdin=subprocess.DEVNULL)
-            if r.returncode != 0:
-                reason = ("bubblewrap cannot start a test as an unprivileged uid here (" +
-                          (r.stderr.strip().splitlines() or ["?"])[-1] + ")")
     status = Status("bwrap") if not reason else Status("limits-only", reason)
     if request == "on" and not status.isolated:
         raise DistlabError(f"--sandbox on: {reason}")
