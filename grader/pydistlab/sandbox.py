@@ -370,6 +370,8 @@ class TestJail:
             pre.append(f"--fsize={lim.file_size_mb * 1024 * 1024}")
         if lim.cpu_s:
             pre.append(f"--cpu={lim.cpu_s}")
+        if not shutil.which("prlimit"):
+            pre = []   # not Linux: no limits but the time limit
         uid = self.uid(binary)
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--"] if uid is not None else []
@@ -410,7 +412,7 @@ class TestJail:
         return self.limits.processes + _tasks_of(os.getuid())
 
     def uses_memory_limit(self) -> bool:
-        return bool(self.limits.memory_mb) and self.status.limited
+        return bool(self.limits.memory_mb) and self.status.limited and shutil.which("prlimit") is not None
 
 
 def _reachable(path: Path) -> bool:
