@@ -36,6 +36,10 @@ from .errors import DistlabError
 #: the process limit (counted per user) of one test never starves another.
 TEST_UID_BASE = 61000
 TMP_SIZE_MB = 256              # the private /tmp of a test process (a tmpfs)
+#: Limits of each compiler process that reads a submission's files (a template or constexpr bomb
+#: must not take the grader's memory or disk; the time limit is cmake.BUILD_TIMEOUT_S).
+BUILD_MEMORY_MB = 8192
+BUILD_FILE_SIZE_MB = 1024
 XML_CAP = 4 * 1024 * 1024      # bytes of gtest report read back
 
 
@@ -322,7 +326,8 @@ def build_view(plan: BuildPlan, untrusted: bool, hide_sources: tuple[str, ...] =
     and of the files under hide_sources (src-relative prefixes: the reference sources of
     prerequisite modules), which read as empty."""
     src, build = plan.src, plan.build
-    args = [*_base(), "--tmpfs", "/tmp", "--ro-bind", str(src), str(src), "--bind", str(build), str(build)]
+    args = [*_build_limits(untrusted), *_base(), "--tmpfs", "/tmp", "--ro-bind", str(src), str(src),
+            "--bind", str(build), str(build)]
     if untrusted:
         hidden = src / "grader" / "hidden"
         if hidden.is_dir():
@@ -471,7 +476,14 @@ def build_uid(plan: BuildPlan) -> int | None:
 
 
 def uid_prefix(uid: int) -> list[str]:
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    return [*_build_limits(True), "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+
+
+def _build_limits(untrusted: bool) -> list[str]:
+    if not untrusted or not shutil.which("prlimit"):
+        return []
+    return ["prlimit", f"--as={BUILD_MEMORY_MB * 1024 * 1024}", f"--fsize={BUILD_FILE_SIZE_MB * 1024 * 1024}",
+            "--core=0"]
 
 
 def lock_away(plan: BuildPlan, kit: Path, hide_sources: tuple[str, ...]) -> None:
