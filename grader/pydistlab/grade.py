@@ -125,7 +125,8 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
             untrusted_objects += objs
             say(f"compiling {n}'s own files in the sandbox{label}")
             if lend_to is not None:
-                with sandbox.LentTo(build_dir, sorted({build_dir / Path(o).parent for o in objs}), lend_to):
+                with sandbox.LentTo(build_dir, sorted({build_dir / Path(o).parent for o in objs}), lend_to,
+                                    [tb.src / f for f in guard.untrusted.get(n, [])]):
                     r = cmake.build(build_dir, objs, keep_going=True, prefix=view)
             else:
                 r = cmake.build(build_dir, objs, keep_going=True, prefix=view)

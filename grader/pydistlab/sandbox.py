@@ -13,10 +13,13 @@ happen under this module's rules:
                    submission's own translation units (untrusted=True) the hidden test sources,
                    the objects and programs built from them and the reference sources of
                    prerequisite modules are hidden as well.
-  test_command()   one test process: resource limits (prlimit), an unprivileged uid when the
-                   grader runs as root, and a bwrap view holding only the test program, the
-                   module's reference outputs and an empty private /tmp.
+  TestJail         one test process: resource limits (prlimit), an unprivileged uid when the
+                   grader runs as root (setpriv), and a bwrap view holding only the test program,
+                   the public tests' folder, the module's reference outputs and an empty /tmp.
   limit_reason()   which limit a failed test broke, from its exit status and output.
+  lock_away(), LentTo
+                   without namespaces, as root: what the submission must not read is made
+                   root-only, and its files are compiled as an unprivileged uid.
 """
 from __future__ import annotations
 
@@ -118,8 +121,13 @@ def probe(request: str = "auto") -> Status:
     if not shutil.which("bwrap"):
         deps.ensure_optional("bubblewrap")
     if not shutil.which("prlimit") or not shutil.which("setpriv"):
-        reason = "prlimit or setpriv (util-linux) is missing"
-    elif not shutil.which("bwrap"):
+        status = Status("off", "prlimit and setpriv (util-linux) are missing: no sandbox and no "
+                               "resource limits on this system")
+        if request == "on":
+            raise DistlabError(f"--sandbox on: {status.reason}")
+        _probed[request] = status
+        return status
+    if not shutil.which("bwrap"):
         reason = ("bubblewrap is not installed (Debian/Ubuntu: " + deps.install_line(["bubblewrap"]) + ")")
     else:
         # What a test process gets (as root: bwrap as root, then setpriv to an unprivileged uid).
@@ -306,15 +314,17 @@ class BuildPlan:
         """The object files compiled from these sources (paths relative to src)."""
         return sorted(o for o, s in self.objects.items() if s in sources)
 
-    def object_dirs_of(self, prefixes: tuple[str, ...]) -> list[Path]:
+    def object_dirs_of(self, prefixes: tuple[str, ...], whole: bool = False) -> list[Path]:
         """The CMake target folders (…/CMakeFiles/<target>.dir) holding objects of sources under
-        these src-relative prefixes."""
+        these src-relative prefixes; whole=True: the CMake binary folders holding those (their
+        libraries and generated files too), where one is not the build's top folder."""
         dirs: set[Path] = set()
         for o, s in self.objects.items():
             if s.startswith(prefixes):
                 parts = Path(o).parts
                 cut = next((i for i, p in enumerate(parts) if p.endswith(".dir")), len(parts) - 2)
-                dirs.add(self.build / Path(*parts[:cut + 1]))
+                top = parts.index("CMakeFiles") if "CMakeFiles" in parts else 0
+                dirs.add(self.build / Path(*(parts[:top] if whole and top > 0 else parts[:cut + 1])))
         return sorted(dirs)
 
 
@@ -342,7 +352,7 @@ def build_view(plan: BuildPlan, untrusted: bool, hide_sources: tuple[str, ...] =
                 for p in sorted(folder.rglob("*")) if folder.is_dir() else []:
                     if p.is_file() and p.suffix not in HEADER_SUFFIXES and p.name != "CMakeLists.txt":
                         args += ["--ro-bind", str(decoy), str(p)]
-        for d in plan.object_dirs_of(("grader/hidden/",) + hide_sources):
+        for d in plan.object_dirs_of(("grader/hidden/",) + hide_sources, whole=True):
             if d.is_dir():
                 args += ["--tmpfs", str(d)]
         if (build / "bin").is_dir():
@@ -491,7 +501,7 @@ def lock_away(plan: BuildPlan, kit: Path, hide_sources: tuple[str, ...]) -> None
     and build uids: the kit's solutions/ and grader/hidden/, the tree's grader/hidden/ and the
     objects built from hidden and reference sources (0700), the test programs execute-only."""
     for p in [kit / "solutions", kit / "grader" / "hidden",
-              *plan.object_dirs_of(("grader/hidden/",) + hide_sources)]:
+              *plan.object_dirs_of(("grader/hidden/",) + hide_sources, whole=True)]:
         if p.is_dir():
             os.chmod(p, 0o700)
     hidden = plan.src / "grader" / "hidden"
@@ -518,8 +528,21 @@ class LentTo:
     """Lends the build folder's top files and the given object folders to uid for one build step
     (ninja writes .ninja_log and .ninja_deps, the compiler its objects), then takes them back."""
 
-    def __init__(self, build: Path, folders: list[Path], uid: int) -> None:
-        self.build, self.folders, self.uid = build, folders, uid
+    def __init__(self, build: Path, folders: list[Path], uid: int, sources: list[Path]) -> None:
+        self.build, self.folders, self.uid, self.sources = build, folders, uid, sources
+
+    def _open(self) -> None:
+        """What an earlier lock_away() closed but this step needs: the submission's own sources
+        (a file equal to a reference kept its mode) and the folders down to its objects."""
+        for p in self.sources:
+            if p.is_file():
+                os.chmod(p, 0o644)
+        for d in self.folders:
+            for parent in [d, *d.parents]:
+                if parent == self.build or self.build not in parent.parents:
+                    break
+                if parent.is_dir():
+                    os.chmod(parent, 0o755)
 
     def _chown(self, uid: int) -> None:
         os.chown(self.build, uid, uid)
@@ -534,6 +557,7 @@ class LentTo:
                 os.chown(d, uid, uid)
 
     def __enter__(self) -> LentTo:
+        self._open()
         self._chown(self.uid)
         return self
 
