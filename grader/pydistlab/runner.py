@@ -224,8 +224,9 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
     if jail is not None and jail.status.isolated and rc is not None and rc > 128:
         rc = -(rc - 128)   # bwrap exits with 128 + the signal that ended the test
     limits = jail.limits if jail is not None else None
-    limit = sandbox.limit_reason(rc, output, limits, jail is not None and jail.uses_memory_limit()) \
-        if jail is not None and not timed_out else ""
+    network_off = jail is not None and jail.status.isolated
+    limit = sandbox.limit_reason(rc, output, limits, jail is not None and jail.uses_memory_limit(),
+                                 network_off) if jail is not None and not timed_out else ""
     tsan = "WARNING: ThreadSanitizer" in output
     if cap.flooded:
         return Outcome(False, f"output flood: more than {FLOOD_LIMIT // 1024} KiB written; killed",
@@ -257,7 +258,7 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
         if len(failures) > 5:
             details += f"\n\n... and {len(failures) - 5} more failures"
         limit = limit or sandbox.limit_reason(rc, "\n".join(failures), limits,
-                                              jail is not None and jail.uses_memory_limit())
+                                              jail is not None and jail.uses_memory_limit(), network_off)
         headline = _headline(failures, output)
         return Outcome(False, f"{limit}: {headline}" if limit else headline, details, seconds, run)
     if skips:

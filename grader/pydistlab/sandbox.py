@@ -453,10 +453,14 @@ def _tasks_of(uid: int) -> int:
     return count
 
 
-def limit_reason(rc: int | None, output: str, limits: Limits | None, memory_applied: bool) -> str:
+def limit_reason(rc: int | None, output: str, limits: Limits | None, memory_applied: bool,
+                 network_off: bool = False) -> str:
     """The limit a failed test process broke ("" when none can be told)."""
     if limits is None:
         return ""
+    if network_off and re.search(r"Network is unreachable|Connection refused|Temporary failure in name "
+                                 r"resolution|Name or service not known", output):
+        return "no network in the sandbox"
     if rc is not None and rc < 0:
         sig = -rc
         if sig == signal.SIGXCPU and limits.cpu_s:

@@ -428,6 +428,7 @@ class TestSandbox(GraderTestCase):
             server.close()
         self.assertEqual(got, [], "a test process reached the grader's network")
         self.assertEqual(tests["01_fix/add"]["score"], 0)
+        self.assertIn("no network in the sandbox: ", tests["01_fix/add"]["output"])
         self.assertIn("connect: ", tests["01_fix/add"]["output"])
 
     def test_grading_time_with_and_without_the_sandbox(self) -> None:
