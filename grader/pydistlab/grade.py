@@ -377,22 +377,21 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
                 elif mode is Mode.STUDENT and name in results and not (ROOT / owned).is_file():
                     results[name].notes.append(f"{owned}: missing in this checkout")
         graded_here = [n for n in man.order if assignment.get(n) == "sub" and n in results]
-        # Owned headers are compiled into the tests: refuse one that could read files or redefine
-        # the tests' macros (sandbox.check_header), and build that module's stub header instead.
+        # Owned headers are compiled into the tests: refuse a submitted one that could read files
+        # or redefine the tests' macros (sandbox.check_header, against the kit's stub and
+        # reference), and build that module's stub header instead. (Student mode grades the
+        # student's own checkout, where the stub is the student's file: nothing to compare with.)
         refused: dict[str, str] = {}
-        if mode is not Mode.SOLUTIONS:
+        if mode is Mode.SUBMISSION:
             for name, role in assignment.items():
                 mod = man.modules.get(name)
                 if mod is None or role != "sub":
                     continue
-                files = {o: overlay[o] for o in mod.owned if o in overlay}
-                if mode is Mode.STUDENT:
-                    files = {o: (ROOT / o).read_bytes() for o in mod.owned if (ROOT / o).is_file()}
-                problem = _check_headers(mod, files)
+                problem = _check_headers(mod, {o: overlay[o] for o in mod.owned if o in overlay})
                 if problem:
                     refused[name] = problem
                     for o in mod.owned:
-                        if o.endswith(sandbox.HEADER_SUFFIXES) and (ROOT / o).is_file() and mode is Mode.SUBMISSION:
+                        if o.endswith(sandbox.HEADER_SUFFIXES) and (ROOT / o).is_file():
                             overlay[o] = (ROOT / o).read_bytes()
         for name in list(graded_here):
             blockers = [p for p in [name, *man.prerequisites_closure(name)] if p in refused]
