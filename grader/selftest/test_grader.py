@@ -33,6 +33,7 @@ KIT = Path(os.environ.get("DISTLAB_SELFTEST_KIT", ROOT / "build" / "selftest-kit
 
 SOLUTION = {
     "exercises/01_fix/fix.cpp": (HERE / "fixture_kit/solutions/01_fix/fix.cpp").read_text(),
+    "exercises/02_dep/dep.hpp": (HERE / "fixture_kit/solutions/02_dep/dep.hpp").read_text(),
     "exercises/02_dep/dep.cpp": (HERE / "fixture_kit/solutions/02_dep/dep.cpp").read_text(),
     "exercises/03_race/race.cpp": (HERE / "fixture_kit/solutions/03_race/race.cpp").read_text(),
 }
@@ -430,6 +431,17 @@ class TestSandbox(GraderTestCase):
         self.assertEqual(tests["01_fix/add"]["score"], 0)
         self.assertIn("no network in the sandbox: ", tests["01_fix/add"]["output"])
         self.assertIn("connect: ", tests["01_fix/add"]["output"])
+
+    def test_an_owned_header_cannot_redefine_the_tests_macros(self) -> None:
+        header = ("#pragma once\n#include <gtest/gtest.h>\n#undef EXPECT_EQ\n"
+                  "#define EXPECT_EQ(a, b) (void)0\nint quadruple(int a);\n")
+        files = {"exercises/02_dep/dep.hpp": header,
+                 "exercises/02_dep/dep.cpp": '#include "dep.hpp"\nint quadruple(int a) { return a; }\n'}
+        _, tests = self.grade(files, modules=("02_dep",))
+        out = tests["02_dep/quadruple"]["output"]
+        self.assertEqual(tests["02_dep/quadruple"]["score"], 0)
+        self.assertIn("not gradable", out)
+        self.assertIn("exercises/02_dep/dep.hpp:2: `#include <gtest/gtest.h>` is not allowed", out)
 
     def test_grading_time_with_and_without_the_sandbox(self) -> None:
         # Two equal submissions in turn, so every grade compiles the file and links the tests (as
