@@ -143,13 +143,18 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
     # then each module is built on its own to attribute errors.
     buildable = [n for n in present if not ({n, *man.prerequisites_closure(n)} & failed)]
     targets = ["distlab_dist"] + [f"module_{n}" for n in buildable]
-    if plan is not None and untrusted_objects:
-        # Never compile an untrusted source outside its view: ninja -n lists what would run.
+    if plan is not None and guard is not None and untrusted_objects:
+        # Never compile an untrusted source outside its view: ninja -n lists what would run, and a
+        # module whose files would be compiled again is not built.
         dry = cmake.build(build_dir, targets, keep_going=True, dry_run=True)
-        leaked = {o for o in untrusted_objects if o in dry.output}
-        if leaked:
-            raise DistlabError("the grader would compile a submission's file outside the sandbox ("
-                               + ", ".join(sorted(leaked)) + "); not building (a grader bug)")
+        for n, sources in guard.untrusted.items():
+            leaked = [o for o in plan.objects_of(set(sources)) if o in dry.output]
+            if leaked:
+                failed.add(n)
+                untrusted_errors[n] = (f"{', '.join(sources)}: the build would compile it again outside "
+                                       f"the sandbox, so it was not built (tell your instructor)")
+        buildable = [n for n in present if not ({n, *man.prerequisites_closure(n)} & failed)]
+        targets = ["distlab_dist"] + [f"module_{n}" for n in buildable]
     say(f"building {', '.join(buildable) or 'the kit library'}{label}")
     bulk = cmake.build(build_dir, targets, keep_going=True, progress=say, prefix=trusted)
     say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
