@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import queue
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -66,22 +65,6 @@ class Guard:
     status: sandbox.Status
     untrusted: dict[str, list[str]]           # module -> its untrusted sources (src-relative)
     hide: tuple[str, ...] = ()                # src-relative folders of reference prerequisites
-
-
-def _redact_hidden(errors: str) -> str:
-    """Compiler errors with the source lines quoted from hidden tests left out."""
-    out: list[str] = []
-    hiding = False
-    for line in errors.splitlines():
-        if "grader/hidden/" in line:
-            hiding = True
-            out.append(line)
-            continue
-        if hiding and re.match(r"^\s*(\d+\s*)?\|", line):
-            continue
-        hiding = False
-        out.append(line)
-    return "\n".join(out)
 
 
 def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], names: list[str],
@@ -213,7 +196,7 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
             built.append(n)
         else:
             failed.add(n)
-            errors = _redact_hidden(tb.first_errors(one.output))
+            errors = sandbox.redact_hidden(tb.first_errors(one.output))
             culprits = [p for p in man.prerequisites_closure(n) if f"exercises/{p}/" in errors]
             if label:
                 res.notes.append(f"did not build under ThreadSanitizer:\n{errors}")
@@ -267,26 +250,13 @@ def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
     return out
 
 
-def _jail(status: sandbox.Status, module: mf.Module, src: Path, tsan: bool) -> sandbox.TestJail | None:
-    """The limits and view of one test process of module (None: --sandbox off)."""
-    if not status.limited:
-        return None
-    limits = sandbox.Limits(memory_mb=0 if tsan else module.memory_limit_mb,   # TSan maps terabytes
-                            processes=module.process_limit, file_size_mb=module.file_size_limit_mb,
-                            cpu_s=module.cpu_limit_s)
-    # The public tests' folder (paths such as tests/<m>/../../golden resolve through it) and the
-    # module's own reference outputs; nothing else of the kit.
-    readable = [src / "grader" / "tests", src / "grader" / "golden" / module.name]
-    return sandbox.TestJail(status, limits, readable)
-
-
 def _test_jobs(results: list[ModuleResult], bin_dir: Path, cwd: Path, hidden: bool,
                factor: float = 1.0, env: dict[str, str] | None = None,
                status: sandbox.Status | None = None, tsan: bool = False,
                only: set[tuple[str, str]] | None = None) -> list[Job]:
     jobs: list[Job] = []
     for res in results:
-        jail = _jail(status, res.module, cwd, tsan) if status is not None else None
+        jail = sandbox.jail_for(status, res.module, cwd, tsan) if status is not None else None
         for item in res.module.items(hidden):
             if only is not None and (res.module.name, item.name) not in only:
                 continue
@@ -296,29 +266,6 @@ def _test_jobs(results: list[ModuleResult], bin_dir: Path, cwd: Path, hidden: bo
 
 
 # ---- one grading run ------------------------------------------------------------------------
-
-def _kit_versions(owned: str, module: str) -> list[str]:
-    """The kit's own texts of an owned file: the stub and the reference."""
-    texts = []
-    for p in (ROOT / owned, ROOT / "solutions" / module / Path(owned).relative_to(f"exercises/{module}")
-              if owned.startswith(f"exercises/{module}/") else ROOT / owned):
-        try:
-            texts.append(p.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            pass
-    return texts
-
-
-def _check_headers(mod: mf.Module, files: dict[str, bytes]) -> str:
-    """sandbox.check_header() of each owned header of mod in files ("" when all may be used)."""
-    for owned in mod.owned:
-        if owned.endswith(sandbox.HEADER_SUFFIXES) and owned in files:
-            problem = sandbox.check_header(owned, files[owned].decode("utf-8", "replace"),
-                                           _kit_versions(owned, mod.name))
-            if problem:
-                return problem
-    return ""
-
 
 def grade(module_names: list[str], mode: Mode, submission_path: Path | None = None,
           hidden: bool = False, jobs: int = 0, quiet: bool = False, tree_prefix: str = "",
@@ -392,7 +339,7 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
                 mod = man.modules.get(name)
                 if mod is None or role != "sub":
                     continue
-                problem = _check_headers(mod, {o: overlay[o] for o in mod.owned if o in overlay})
+                problem = sandbox.check_owned_headers(mod, {o: overlay[o] for o in mod.owned if o in overlay}, ROOT)
                 if problem:
                     refused[name] = problem
                     for o in mod.owned:

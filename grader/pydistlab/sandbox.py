@@ -32,7 +32,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import deps
+from . import deps, manifest as mf
 from .errors import DistlabError
 
 #: The uid (and gid) test processes run as when the grader is root; one per parallel worker, so
@@ -282,6 +282,29 @@ def check_header(name: str, text: str, kit_versions: list[str]) -> str:
     return ""
 
 
+def _kit_versions(owned: str, module: str, root: Path) -> list[str]:
+    """The kit's own texts of an owned file: the stub and the reference."""
+    texts = []
+    for p in (root / owned, root / "solutions" / module / Path(owned).relative_to(f"exercises/{module}")
+              if owned.startswith(f"exercises/{module}/") else root / owned):
+        try:
+            texts.append(p.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            pass
+    return texts
+
+
+def check_owned_headers(mod: mf.Module, files: dict[str, bytes], root: Path) -> str:
+    """check_header() of each owned header of mod in files ("" when all may be used)."""
+    for owned in mod.owned:
+        if owned.endswith(HEADER_SUFFIXES) and owned in files:
+            problem = check_header(owned, files[owned].decode("utf-8", "replace"),
+                                           _kit_versions(owned, mod.name, root))
+            if problem:
+                return problem
+    return ""
+
+
 # ---- build steps ----------------------------------------------------------------------------
 
 @dataclass
@@ -360,6 +383,22 @@ def build_view(plan: BuildPlan, untrusted: bool, hide_sources: tuple[str, ...] =
     return args + ["--chdir", str(build)]
 
 
+def redact_hidden(errors: str) -> str:
+    """Compiler errors with the source lines quoted from hidden tests left out."""
+    out: list[str] = []
+    hiding = False
+    for line in errors.splitlines():
+        if "grader/hidden/" in line:
+            hiding = True
+            out.append(line)
+            continue
+        if hiding and re.match(r"^\s*(\d+\s*)?\|", line):
+            continue
+        hiding = False
+        out.append(line)
+    return "\n".join(out)
+
+
 # ---- test processes -------------------------------------------------------------------------
 
 @dataclass
@@ -428,6 +467,19 @@ class TestJail:
 
     def uses_memory_limit(self) -> bool:
         return bool(self.limits.memory_mb) and self.status.limited and shutil.which("prlimit") is not None
+
+
+def jail_for(status: Status, module: mf.Module, src: Path, tsan: bool) -> TestJail | None:
+    """The limits and view of one test process of module (None: --sandbox off)."""
+    if not status.limited:
+        return None
+    limits = Limits(memory_mb=0 if tsan else module.memory_limit_mb,   # TSan maps terabytes
+                    processes=module.process_limit, file_size_mb=module.file_size_limit_mb,
+                    cpu_s=module.cpu_limit_s)
+    # The public tests' folder (paths such as tests/<m>/../../golden resolve through it) and the
+    # module's own reference outputs; nothing else of the kit.
+    readable = [src / "grader" / "tests", src / "grader" / "golden" / module.name]
+    return TestJail(status, limits, readable)
 
 
 def _reachable(path: Path) -> bool:
