@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Gradescope image setup: runs once, as root, in /autograder/source (the unpacked autograder zip).
-# Installs the kit's packages and pre-builds the grading tree so each submission only compiles
-# its own files. Needs Python 3.11+ (Ubuntu 24.04 or Debian 12 base image).
+# Installs the kit's packages (bubblewrap, the grading sandbox, included) and pre-builds the grading
+# tree so each submission only compiles its own files; then locks away what no submission may read.
+# Needs Python 3.11+ (Ubuntu 24.04 or Debian 12 base image).
 # AUTOGRADER_ROOT (default /autograder) lets the same script be tried outside Gradescope.
 set -euo pipefail
 AG="${AUTOGRADER_ROOT:-/autograder}"
@@ -15,3 +16,10 @@ cd "$AG/source/distlab"
 # Warm the build trees: grade an empty submission (every module's stub) once.
 empty="$(mktemp -d)"
 ./distlab grade --submission "$empty" --hidden --quiet --out "$(mktemp -d)" || true
+# Lock away what submissions must not read: the references (needed only to build prerequisites,
+# which the grader does as root) and the hidden tests become root-only. Under bubblewrap they are
+# out of sight anyway; without namespaces the submission's files are compiled and its tests run as
+# an unprivileged uid, for which this is what keeps them closed (docs/instructor-guide.md).
+chmod -R go-rwx solutions grader/hidden
+rm -rf grader/selftest
+./distlab doctor | sed -n '/Grading sandbox/,/^$/p' || true

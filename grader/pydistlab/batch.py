@@ -27,7 +27,7 @@ def submissions_in(folder: Path) -> list[Path]:
 
 
 def main(folder: Path, csv_path: Path | None, modules: list[str], hidden: bool,
-         out: Path | None, jobs: int) -> int:
+         out: Path | None, jobs: int, sandbox_mode: str = "auto") -> int:
     subs = submissions_in(folder.resolve())
     man = mf.load()
     selected = [m.name for m in man.select(modules)]
@@ -41,7 +41,8 @@ def main(folder: Path, csv_path: Path | None, modules: list[str], hidden: bool,
         print(f"[{i}/{len(subs)}] {name} ...", end=" ", flush=True)
         row = {"submission": name}
         try:
-            run = grade.grade(modules, Mode.SUBMISSION, sub, hidden, jobs, quiet=True)
+            run = grade.grade(modules, Mode.SUBMISSION, sub, hidden, jobs, quiet=True,
+                              sandbox_mode=sandbox_mode)
             report.write_all(run, out / name)
             by_mod = {m.module.name: m for m in run.modules}
             for n in selected:

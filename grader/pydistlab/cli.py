@@ -145,6 +145,11 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", metavar="DIR", help="report folder (default build/grade/<id>/report)")
     g.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
     g.add_argument("--quiet", action="store_true", help="no progress lines, only the table")
+    g.add_argument("--sandbox", choices=["auto", "on", "limits", "off"], default="auto",
+                   help="compile and run submitted code in the sandbox: auto (bubblewrap where it "
+                        "works, else resource limits only, with the reason), on (bubblewrap or stop), "
+                        "limits (no bubblewrap: limits and, as root, an unprivileged uid), "
+                        "off (for timing only)")
 
     h = add("hint", _cmd_hint, "hints for an exercise function: ./distlab hint MODULE [FUNCTION] "
             "[--level N] (1 the idea, 2 the structure, 3 the details; no FUNCTION: list them)")

@@ -91,14 +91,18 @@ def configure(src: Path, build_dir: Path, cache: dict[str, str], preset: str | N
 
 def build(build_dir: Path, targets: list[str], keep_going: bool = False, capture: bool = True,
           jobs: int = 0, progress: Callable[[str], None] | None = None,
-          timeout_s: float = BUILD_TIMEOUT_S) -> Result:
+          timeout_s: float = BUILD_TIMEOUT_S, prefix: list[str] | None = None,
+          dry_run: bool = False) -> Result:
     """cmake --build; capture=True returns the output (for compiler errors) instead of showing it.
-    With progress, ninja's "[done/total]" status is reported every few seconds while building."""
+    With progress, ninja's "[done/total]" status is reported every few seconds while building.
+    prefix: a command the build runs under (the grading sandbox, sandbox.build_view()).
+    dry_run: ninja -n (the steps it would run, none run)."""
     cmd = ["cmake", "--build", str(build_dir), "-j", str(jobs or nproc())]
     for t in targets:
         cmd += ["--target", t]
-    if keep_going:
-        cmd += ["--", "-k", "0"]
+    if keep_going or dry_run:
+        cmd += ["--"] + (["-k", "0"] if keep_going else []) + (["-n"] if dry_run else [])
+    cmd = list(prefix or []) + cmd
     t0 = time.monotonic()
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
     if not capture:

@@ -69,6 +69,7 @@ REQUIREMENTS: list[Requirement] = [
         or shutil.which("mpicxx") is not None),
     Requirement("Open MPI launcher (mpirun)", "openmpi-bin", _which("mpirun")),
     Requirement("Python 3", "python3", lambda: True),
+    Requirement("bubblewrap (the grading sandbox)", "bubblewrap", _which("bwrap"), optional=True),
     Requirement("matplotlib (plots only)", "python3-matplotlib", _matplotlib, optional=True),
 ]
 
@@ -114,3 +115,23 @@ def ensure(include_optional: bool = False) -> None:
     if still:
         raise DistlabError("still missing after installing: " + ", ".join(r.what for r in still))
     sys.stdout.flush()
+
+
+def ensure_optional(package: str) -> bool:
+    """Installs one optional package when this process may (root on Debian/Ubuntu); True when its
+    requirement is met afterwards. Never raises: the caller says what is missing and goes on."""
+    global _updated
+    reqs = [r for r in REQUIREMENTS if r.package == package]
+    if all(r.present() for r in reqs):
+        return True
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return False
+    print(f"distlab: installing {package}", flush=True)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    if not _updated:
+        subprocess.run(["apt-get", "update"], env=env, check=False, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL)
+        _updated = True
+    subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", package], env=env,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    return all(r.present() for r in reqs)

@@ -16,11 +16,14 @@ reused between runs, so ninja rebuilds only what an edit touched.
 """
 from __future__ import annotations
 
+import dataclasses
+import queue
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import cmake, deps, manifest as mf, runner, submission, workspace as ws
+from . import cmake, deps, manifest as mf, runner, sandbox, submission, workspace as ws
 from .errors import DistlabError
 from .paths import ROOT, is_release, nproc, rel
 from .results import GradeRun, ItemResult, Mode, ModuleResult
@@ -53,33 +56,105 @@ def _plan_trees(selected: list[mf.Module], man: mf.Manifest, mode: Mode) -> list
 
 # ---- building -------------------------------------------------------------------------------
 
+@dataclass
+class Guard:
+    """How a tree's builds keep the submission's code apart (sandbox.py): under bubblewrap, the
+    untrusted sources (owned files of the modules graded from the student's code) are compiled
+    first, in a view without hidden tests and reference sources; everything else is built after,
+    from the kit's own sources, and never compiles an untrusted source."""
+    status: sandbox.Status
+    untrusted: dict[str, list[str]]           # module -> its untrusted sources (src-relative)
+    hide: tuple[str, ...] = ()                # src-relative folders of reference prerequisites
+
+
 def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], names: list[str],
                    results: dict[str, ModuleResult], man: mf.Manifest, mode: Mode, say: ws.Progress,
-                   label: str = "", warnings: list[str] | None = None) -> list[str]:
+                   label: str = "", warnings: list[str] | None = None,
+                   guard: Guard | None = None) -> list[str]:
     """Builds module_<name> for each name; returns the names that built. Failures and blocked
     modules are recorded in results (for the plain build) or as notes (tsan)."""
     ws.configure(tb, build_dir, cache, say)
     known = cmake.targets(build_dir)
     present = [n for n in names if f"module_{n}" in known]
-    # One ninja run for the kit's library and every module (-k 0: keep going past a module's
-    # errors), so both cores stay busy; then each module is built on its own to attribute errors.
-    say(f"building {', '.join(present) or 'the kit library'}{label}")
-    bulk = cmake.build(build_dir, ["distlab_dist"] + [f"module_{n}" for n in present], keep_going=True,
-                       progress=say)
+    failed: set[str] = set()
+    untrusted_errors: dict[str, str] = {}
+    trusted: list[str] | None = None
+    untrusted_objects: list[str] = []
+    plan: sandbox.BuildPlan | None = None
+    lend_to: int | None = None
+    if guard is not None and guard.status.isolated:
+        plan = sandbox.BuildPlan.read(tb.src, build_dir)
+        decoy = tb.src.parent / "empty"
+        decoy.write_bytes(b"")
+        view = sandbox.build_view(plan, untrusted=True, hide_sources=guard.hide, decoy=decoy)
+        trusted = sandbox.build_view(plan, untrusted=False)
+    elif guard is not None and guard.status.limited:
+        # No namespaces: as root, the submission's files are compiled as an unprivileged uid that
+        # cannot read what lock_away() closed.
+        plan = sandbox.BuildPlan.read(tb.src, build_dir)
+        lend_to = sandbox.build_uid(plan)
+        if lend_to is not None:
+            sandbox.lock_away(plan, ROOT, guard.hide)
+            view, trusted = sandbox.uid_prefix(lend_to), []
+        else:
+            plan = None
+    if plan is not None and guard is not None:
+        # 1. The submission's own translation units, where nothing secret can be read.
+        needed = {m for n in present for m in (n, *man.prerequisites_closure(n))}
+        for n in man.order:
+            objs = plan.objects_of(set(guard.untrusted.get(n, []))) if n in needed else []
+            if not objs:
+                continue
+            untrusted_objects += objs
+            say(f"compiling {n}'s own files in the sandbox{label}")
+            if lend_to is not None:
+                with sandbox.LentTo(build_dir, sorted({build_dir / Path(o).parent for o in objs}), lend_to,
+                                    [tb.src / f for f in guard.untrusted.get(n, [])]):
+                    r = cmake.build(build_dir, objs, keep_going=True, prefix=view)
+            else:
+                r = cmake.build(build_dir, objs, keep_going=True, prefix=view)
+            if n in results:
+                results[n].build_seconds += r.seconds
+            if warnings is not None:
+                warnings.extend(line.replace(str(tb.src) + "/", "") for line in r.output.splitlines()
+                                if "warning:" in line)
+            if not r.ok:
+                failed.add(n)
+                untrusted_errors[n] = tb.first_errors(r.output)
+    # 2. Everything else (the kit's library, references, tests, hidden tests) and the links: one
+    # ninja run for all modules (-k 0: keep going past a module's errors), so both cores stay busy;
+    # then each module is built on its own to attribute errors.
+    buildable = [n for n in present if not ({n, *man.prerequisites_closure(n)} & failed)]
+    targets = ["distlab_dist"] + [f"module_{n}" for n in buildable]
+    if plan is not None and guard is not None and untrusted_objects:
+        # Never compile an untrusted source outside its view: ninja -n lists what would run, and a
+        # module whose files would be compiled again is not built.
+        dry = cmake.build(build_dir, targets, keep_going=True, dry_run=True)
+        for n, sources in guard.untrusted.items():
+            leaked = [o for o in plan.objects_of(set(sources)) if o in dry.output]
+            if leaked:
+                failed.add(n)
+                untrusted_errors[n] = (f"{', '.join(sources)}: the build would compile it again outside "
+                                       f"the sandbox, so it was not built (tell your instructor)")
+        buildable = [n for n in present if not ({n, *man.prerequisites_closure(n)} & failed)]
+        targets = ["distlab_dist"] + [f"module_{n}" for n in buildable]
+    say(f"building {', '.join(buildable) or 'the kit library'}{label}")
+    bulk = cmake.build(build_dir, targets, keep_going=True, progress=say, prefix=trusted)
     say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
+    if lend_to is not None and plan is not None and guard is not None:
+        sandbox.lock_away(plan, ROOT, guard.hide)   # the new test programs too
     if warnings is not None:
         warnings.extend(line.replace(str(tb.src) + "/", "") for line in bulk.output.splitlines()
                         if "warning:" in line)
-    for n in present:
-        results[n].build_seconds += bulk.seconds / len(present)
+    for n in buildable:
+        results[n].build_seconds += bulk.seconds / len(buildable)
     if not bulk.ok:
         # The kit's own library failing is not the student's fault: nothing can be graded.
-        r = cmake.build(build_dir, ["distlab_dist"])
+        r = cmake.build(build_dir, ["distlab_dist"], prefix=trusted)
         if not r.ok:
             raise DistlabError(f"the kit itself does not build in {rel(build_dir)} (target distlab_dist); "
                                f"this is not caused by a submission:\n{tb.first_errors(r.output)}")
     built: list[str] = []
-    failed: set[str] = set()
     for n in names:
         res = results[n]
         if n not in present:
@@ -89,20 +164,39 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
                                f"or no test target)")
             continue
         blockers = [p for p in man.prerequisites_closure(n) if p in failed]
+        if n in untrusted_errors:
+            failed.add(n)
+            if label:
+                res.notes.append(f"did not build under ThreadSanitizer:\n{untrusted_errors[n]}")
+            else:
+                res.status = "not gradable"
+                res.message = f"does not compile; the first errors:\n{untrusted_errors[n]}"
+            continue
         if mode is Mode.STUDENT and blockers and not label:
             res.status = "blocked"
             res.message = (f"blocked by {', '.join(blockers)}: it does not compile, and {n} builds "
                            f"on it. Fix {blockers[0]} first.")
             failed.add(n)
             continue
+        if blockers and guard is not None and guard.status.isolated:
+            failed.add(n)
+            if label:
+                res.notes.append(f"did not build under ThreadSanitizer: {', '.join(blockers)} does not compile")
+            else:
+                res.status = "not gradable"
+                res.message = f"builds on {', '.join(blockers)}, which does not compile"
+            continue
+        if bulk.ok:   # every module target is built: nothing to attribute
+            built.append(n)
+            continue
         t0 = time.monotonic()
-        one = cmake.build(build_dir, [f"module_{n}"])
+        one = cmake.build(build_dir, [f"module_{n}"], prefix=trusted)
         res.build_seconds += time.monotonic() - t0
         if one.ok:
             built.append(n)
         else:
             failed.add(n)
-            errors = tb.first_errors(one.output)
+            errors = sandbox.redact_hidden(tb.first_errors(one.output))
             culprits = [p for p in man.prerequisites_closure(n) if f"exercises/{p}/" in errors]
             if label:
                 res.notes.append(f"did not build under ThreadSanitizer:\n{errors}")
@@ -118,8 +212,9 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
 
 # ---- running tests --------------------------------------------------------------------------
 
-#: One test process to run: (its module's result, the item, binary, time limit, environment, cwd).
-Job = tuple[ModuleResult, mf.TestItem, Path, float, dict[str, str], Path]
+#: One test process to run: (its module's result, the item, binary, time limit, environment, cwd,
+#: the sandbox it runs in or None).
+Job = tuple[ModuleResult, mf.TestItem, Path, float, dict[str, str], Path, "sandbox.TestJail | None"]
 
 
 def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
@@ -128,9 +223,22 @@ def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
     if not jobs:
         return out
     done = 0
+    slots: queue.Queue[int] = queue.Queue()
+    for i in range(max(1, workers)):
+        slots.put(i)
+
+    def one(binary: Path, item: mf.TestItem, timeout: float, cwd: Path, env: dict[str, str],
+            jail: sandbox.TestJail | None) -> runner.Outcome:
+        slot = slots.get()   # each worker's tests run as a uid of their own (sandbox.TEST_UID_BASE)
+        try:
+            return runner.run_test(binary, item.filter, timeout, cwd, env, str(cwd) + "/",
+                                   jail=dataclasses.replace(jail, worker=slot) if jail else None)
+        finally:
+            slots.put(slot)
+
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futs = {pool.submit(runner.run_test, binary, item.filter, timeout, cwd, env, str(cwd) + "/"):
-                (res, item) for res, item, binary, timeout, env, cwd in jobs}
+        futs = {pool.submit(one, binary, item, timeout, cwd, env, jail): (res, item)
+                for res, item, binary, timeout, env, cwd, jail in jobs}
         for fut in as_completed(futs):
             res, item = futs[fut]
             try:
@@ -145,20 +253,26 @@ def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
 
 
 def _test_jobs(results: list[ModuleResult], bin_dir: Path, cwd: Path, hidden: bool,
-               factor: float = 1.0, env: dict[str, str] | None = None) -> list[Job]:
+               factor: float = 1.0, env: dict[str, str] | None = None,
+               status: sandbox.Status | None = None, tsan: bool = False,
+               only: set[tuple[str, str]] | None = None) -> list[Job]:
     jobs: list[Job] = []
     for res in results:
+        jail = sandbox.jail_for(status, res.module, cwd, tsan) if status is not None else None
         for item in res.module.items(hidden):
+            if only is not None and (res.module.name, item.name) not in only:
+                continue
             jobs.append((res, item, bin_dir / res.module.binary_for(item), item.timeout_s * factor,
-                         dict(env or {}, DISTLAB_ROOT=str(cwd)), cwd))
+                         dict(env or {}, DISTLAB_ROOT=str(cwd)), cwd, jail))
     return jobs
 
 
 # ---- one grading run ------------------------------------------------------------------------
 
 def grade(module_names: list[str], mode: Mode, submission_path: Path | None = None,
-          hidden: bool = False, jobs: int = 0, quiet: bool = False, tree_prefix: str = "") -> GradeRun:
-    """Grades and returns the results (writing no report)."""
+          hidden: bool = False, jobs: int = 0, quiet: bool = False, tree_prefix: str = "",
+          sandbox_mode: str = "auto") -> GradeRun:
+    """Grades and returns the results (writing no report). sandbox_mode: sandbox.probe()."""
     t_start = time.monotonic()
     mode = Mode(mode)
     say = ws.Progress(quiet)
@@ -176,6 +290,10 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
         run.notes.append("no module has graded tests in grader/manifest.toml yet")
         return run
     deps.ensure()
+    box = sandbox.probe(sandbox_mode)
+    say(sandbox.describe(box))
+    if not box.isolated and mode is not Mode.STUDENT:
+        run.notes.append(sandbox.describe(box))
     results = {m.name: ModuleResult(m, hidden=hidden) for m in selected}
     run.modules = [results[m.name] for m in selected]
 
@@ -213,21 +331,53 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
                 elif mode is Mode.STUDENT and name in results and not (ROOT / owned).is_file():
                     results[name].notes.append(f"{owned}: missing in this checkout")
         graded_here = [n for n in man.order if assignment.get(n) == "sub" and n in results]
+        # Owned headers are compiled into the tests: refuse a submitted one that could read files
+        # or redefine the tests' macros (sandbox.check_header, against the kit's stub and
+        # reference), and build that module's stub header instead. (Student mode grades the
+        # student's own checkout, where the stub is the student's file: nothing to compare with.)
+        refused: dict[str, str] = {}
+        if mode is Mode.SUBMISSION:
+            for name, role in assignment.items():
+                mod = man.modules.get(name)
+                if mod is None or role != "sub":
+                    continue
+                problem = sandbox.check_owned_headers(mod, {o: overlay[o] for o in mod.owned if o in overlay}, ROOT)
+                if problem:
+                    refused[name] = problem
+                    for o in mod.owned:
+                        if o.endswith(sandbox.HEADER_SUFFIXES) and (ROOT / o).is_file():
+                            overlay[o] = (ROOT / o).read_bytes()
+        for name in list(graded_here):
+            blockers = [p for p in [name, *man.prerequisites_closure(name)] if p in refused]
+            if blockers:
+                res = results[name]
+                res.status = "not gradable"
+                res.message = (refused[name] if name in refused else
+                               f"builds on {blockers[0]}, whose header was refused: {refused[blockers[0]]}")
+                graded_here.remove(name)
+        untrusted = {n: [o for o in man.modules[n].owned if not o.endswith(sandbox.HEADER_SUFFIXES)]
+                     for n in man.order if n in man.modules and
+                     (assignment.get(n) == "sub" or (mode is Mode.STUDENT and n not in assignment))}
+        hide = tuple(f"exercises/{n}/" for n, role in assignment.items() if role == "ref")
+        guard = Guard(box, untrusted, hide) if mode is not Mode.SOLUTIONS or box.isolated else None
         with ws.open_tree(tree_id, overlay, hidden, say) as tb:
             built = _build_modules(tb, tb.build, ws.BASE_CACHE, graded_here, results, man, mode, say,
-                                   warnings=run.warnings)
+                                   warnings=run.warnings, guard=guard)
             tsan_mods = [n for n in built if "thread" in results[n].module.sanitizers]
             tsan_built: list[str] = []
             if tsan_mods:
                 tsan_built = _build_modules(tb, tb.tsan_build, ws.TSAN_CACHE, tsan_mods, results, man,
-                                            mode, say, label=" under ThreadSanitizer")
+                                            mode, say, label=" under ThreadSanitizer", guard=guard)
             say(f"running tests of {', '.join(built) or 'no module'}")
             t0 = time.monotonic()
-            plain = _run_items(_test_jobs([results[n] for n in built], tb.build / "bin", tb.src, hidden),
-                               workers, say)
+            plain = _run_items(_test_jobs([results[n] for n in built], tb.build / "bin", tb.src, hidden,
+                                          status=box), workers, say)
+            # Under ThreadSanitizer only the items that passed: a failure is already a failure.
+            passed_plain = {k for k, oc in plain.items() if oc.passed}
             tsan_env = {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1 report_signal_unsafe=0"}
             tsan = _run_items(_test_jobs([results[n] for n in tsan_built], tb.tsan_build / "bin", tb.src,
-                                         hidden, TSAN_TIMEOUT_FACTOR, tsan_env),
+                                         hidden, TSAN_TIMEOUT_FACTOR, tsan_env, status=box, tsan=True,
+                                         only=passed_plain),
                               workers, say, tag=" [tsan]")
             elapsed = time.monotonic() - t0
         for n in built:
@@ -238,8 +388,10 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
                 passed, reason, output, secs = oc.passed, oc.reason, oc.output, oc.seconds
                 if "thread" in res.module.sanitizers:
                     toc = tsan.get((n, item.name))
-                    if toc is None:
-                        passed, reason = False, "did not build under ThreadSanitizer"
+                    if toc is None and n not in tsan_built:
+                        passed, reason = False, reason or "did not build under ThreadSanitizer"
+                    elif toc is None:
+                        pass   # failed in the plain build; not run again under ThreadSanitizer
                     elif not toc.passed:
                         if passed:
                             passed, reason, output = False, f"under ThreadSanitizer: {toc.reason}", toc.output

@@ -16,12 +16,18 @@ DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_GOLDEN_RTOL = 1e-6
 DEFAULT_GOLDEN_ATOL = 1e-9
 DEFAULT_GOLDEN_TERMS = 1
+# Resource limits of one test process (0 = none); a test that breaks one fails with its name.
+DEFAULT_MEMORY_LIMIT_MB = 4096      # address space (not applied in the ThreadSanitizer build)
+DEFAULT_PROCESS_LIMIT = 512         # processes and threads
+DEFAULT_FILE_SIZE_LIMIT_MB = 256    # largest file a test may write
+DEFAULT_CPU_LIMIT_S = 600           # CPU seconds, all threads together
 TIERS = ("public", "hidden")
 HIDDEN_ITEMS = "items.toml"     # grader/hidden/<module>/items.toml
 
 MODULE_KEYS = {"owned", "prerequisites", "sanitizers", "test_binary", "timeout_s", "tests",
                "golden_target", "golden_args", "golden_rtol", "golden_atol",
-               "golden_terms"}
+               "golden_terms", "memory_limit_mb", "process_limit", "file_size_limit_mb",
+               "cpu_limit_s"}
 HIDDEN_KEYS = {"binary", "tests"}
 ITEM_KEYS = {"name", "filter", "points", "tier", "timeout_s"}
 
@@ -56,6 +62,10 @@ class Module:
     golden_rtol: float = DEFAULT_GOLDEN_RTOL
     golden_atol: float = DEFAULT_GOLDEN_ATOL
     golden_terms: int = DEFAULT_GOLDEN_TERMS
+    memory_limit_mb: int = DEFAULT_MEMORY_LIMIT_MB
+    process_limit: int = DEFAULT_PROCESS_LIMIT
+    file_size_limit_mb: int = DEFAULT_FILE_SIZE_LIMIT_MB
+    cpu_limit_s: int = DEFAULT_CPU_LIMIT_S
 
     def items(self, hidden: bool) -> list[TestItem]:
         return [t for t in self.tests if t.tier == "public" or hidden]
@@ -114,6 +124,13 @@ def _num(v: object, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise DistlabError(f"{where}: expected a number, got {v!r}")
     return float(v)
+
+
+def _limit(sec: dict[str, Any], key: str, default: int, where: str) -> int:
+    v = _num(sec.get(key, default), f"{where} {key}")
+    if v < 0 or v != int(v):
+        raise DistlabError(f"{where} {key}: a whole number >= 0 (0 = no limit), not {v!r}")
+    return int(v)
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -188,7 +205,11 @@ def load(path: Path = MANIFEST) -> Manifest:
                    golden_rtol=_num(sec.get("golden_rtol", DEFAULT_GOLDEN_RTOL), f"{where} golden_rtol"),
                    golden_atol=_num(sec.get("golden_atol", DEFAULT_GOLDEN_ATOL), f"{where} golden_atol"),
                    golden_terms=int(_num(sec.get("golden_terms", DEFAULT_GOLDEN_TERMS),
-                                         f"{where} golden_terms")))
+                                         f"{where} golden_terms")),
+                   memory_limit_mb=_limit(sec, "memory_limit_mb", DEFAULT_MEMORY_LIMIT_MB, where),
+                   process_limit=_limit(sec, "process_limit", DEFAULT_PROCESS_LIMIT, where),
+                   file_size_limit_mb=_limit(sec, "file_size_limit_mb", DEFAULT_FILE_SIZE_LIMIT_MB, where),
+                   cpu_limit_s=_limit(sec, "cpu_limit_s", DEFAULT_CPU_LIMIT_S, where))
         for o in m.owned:
             if o.startswith("/") or ".." in Path(o).parts:
                 raise DistlabError(f"{where}: owned path {o!r} must be relative to the kit root")

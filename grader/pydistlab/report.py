@@ -1,6 +1,7 @@
 """Grading reports: Gradescope results.json, JUnit XML, Markdown, and the terminal table."""
 from __future__ import annotations
 
+import html
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -123,7 +124,7 @@ def markdown(run: GradeRun) -> str:
     for m in run.modules:
         md += ["", f"## {m.module.name}: {_fmt(m.score)} / {_fmt(m.max_score)}", ""]
         if m.status != "graded":
-            md += [f"**{m.status}**", "", "```", m.message, "```"]
+            md += [f"**{m.status}**", "", "```", m.message.replace("```", "'''"), "```"]
         for n in m.notes:
             md.append(f"- note: {n.splitlines()[0]}")
         if m.notes:
@@ -139,7 +140,8 @@ def markdown(run: GradeRun) -> str:
                 md.append(f"| {item.name}{tier} | {_fmt(r.score if r else 0)} / {_fmt(item.points)} | {res} |")
             for r in m.items:
                 if not r.passed and r.output.strip():
-                    md += ["", f"<details><summary>{r.item.name}: {r.reason}</summary>", "", "```",
+                    # The reason and the output may quote the submission: no markup gets through.
+                    md += ["", f"<details><summary>{r.item.name}: {html.escape(r.reason)}</summary>", "", "```",
                            _cap(r.output, 4000).replace("```", "'''"), "```", "</details>"]
     return "\n".join(md) + "\n"
 

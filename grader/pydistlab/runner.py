@@ -1,18 +1,25 @@
 """Running one graded item: a GoogleTest binary with a filter, as its own process group.
 
-Whatever the test does (crash, hang, deadlock, flood of output, exit), the grader gets back an
-Outcome with a short reason, and nothing is left running."""
+Whatever the test does (crash, hang, deadlock, flood of output, exit, a broken resource limit),
+the grader gets back an Outcome with a short reason, and nothing is left running. With a
+sandbox.TestJail the process runs under its limits and in its bubblewrap view.
+
+The gtest report comes back through a pipe the grader opened (--gtest_output=xml:/dev/fd/N), never
+through a file: no other process can write it, and a report that names a test outside the filter
+is refused."""
 from __future__ import annotations
 
+import fnmatch
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+
+from . import sandbox
 
 OUTPUT_CAP = 10 * 1024            # bytes of output kept per test ("output truncated" beyond)
 FLOOD_LIMIT = 1024 * 1024         # more output than this fails the test at once ("output flood")
@@ -82,12 +89,47 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def _parse_xml(path: Path) -> tuple[int, int, list[str], list[str]] | None:
-    """(tests run, failed, failure messages, skip messages) from a gtest XML report."""
+class _Report(threading.Thread):
+    """Reads the gtest report from the read end of a pipe (at most sandbox.XML_CAP bytes)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__(daemon=True)
+        self.fd = fd
+        self.data = bytearray()
+
+    def run(self) -> None:
+        try:
+            with os.fdopen(self.fd, "rb", buffering=0) as f:
+                while True:
+                    chunk = f.read(65536)
+                    if not chunk:
+                        break
+                    if len(self.data) < sandbox.XML_CAP:
+                        self.data += chunk[: sandbox.XML_CAP - len(self.data)]
+        except OSError:
+            pass
+
+
+def _matches(name: str, gtest_filter: str) -> bool:
+    """Whether a test's full name is selected by a gtest filter (POS[-NEG], ':'-separated globs)."""
+    pos, _, neg = gtest_filter.partition("-")
+    if not any(fnmatch.fnmatchcase(name, p) for p in (pos or "*").split(":") if p):
+        return False
+    return not any(fnmatch.fnmatchcase(name, p) for p in neg.split(":") if p)
+
+
+def _parse_xml(data: bytes, gtest_filter: str = "*") -> tuple[int, int, list[str], list[str]] | None:
+    """(tests run, failed, failure messages, skip messages) from a gtest XML report; None when it
+    is not one, or names a test the filter does not select (a forged report)."""
     try:
-        root = ET.parse(path).getroot()
-    except (ET.ParseError, OSError):
+        root = ET.fromstring(data)
+    except ET.ParseError:
         return None
+    if root.tag != "testsuites":
+        return None
+    for case in root.iter("testcase"):
+        if not _matches(f"{case.get('classname')}.{case.get('name')}", gtest_filter):
+            return None
     run = failed = 0
     failures: list[str] = []
     skips: list[str] = []
@@ -136,42 +178,61 @@ def _headline(failures: list[str], output: str) -> str:
 
 
 def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
-             env: dict[str, str] | None = None, strip_prefix: str = "") -> Outcome:
-    """Runs `binary --gtest_filter=...` with a time limit and returns what happened."""
+             env: dict[str, str] | None = None, strip_prefix: str = "",
+             jail: sandbox.TestJail | None = None) -> Outcome:
+    """Runs `binary --gtest_filter=...` with a time limit (in jail, when given) and returns what
+    happened."""
     t0 = time.monotonic()
     if not binary.is_file():
         return Outcome(False, f"test program {binary.name} was not built", "", 0.0)
-    with tempfile.TemporaryDirectory(prefix="distlab-test-") as tmp:
-        xml = Path(tmp) / "report.xml"
-        cmd = [str(binary), f"--gtest_filter={gtest_filter}", f"--gtest_output=xml:{xml}",
-               "--gtest_color=no", "--gtest_brief=0"]
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        try:
-            proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-        except OSError as e:
-            return Outcome(False, f"could not start {binary.name}: {e}", "", 0.0)
-        cap = _Capture(proc.stdout, lambda: _kill_group(proc.pid))
-        cap.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        _kill_group(proc.pid)  # the test, and anything it started
-        proc.wait()
-        cap.join(timeout=5)
-        if proc.stdout:
-            proc.stdout.close()
-        seconds = time.monotonic() - t0
-        output = cap.text()
-        if strip_prefix:
-            output = output.replace(strip_prefix, "")
-        parsed = None if (timed_out or cap.flooded) else _parse_xml(xml)
+    read_fd, write_fd = os.pipe()
+    cmd = [str(binary), f"--gtest_filter={gtest_filter}", f"--gtest_output=xml:/dev/fd/{write_fd}",
+           "--gtest_color=no", "--gtest_brief=0"]
+    if jail is not None:
+        cmd = jail.command(cmd, binary, cwd)
+        uid = jail.uid(binary)
+        if uid is not None:   # gtest reopens /dev/fd/N: the pipe must belong to the test's uid
+            os.fchown(write_fd, uid, uid)
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, pass_fds=(write_fd,))
+    except OSError as e:
+        os.close(read_fd)
+        os.close(write_fd)
+        return Outcome(False, f"could not start {binary.name}: {e}", "", 0.0)
+    os.close(write_fd)
+    report = _Report(read_fd)
+    report.start()
+    cap = _Capture(proc.stdout, lambda: _kill_group(proc.pid))
+    cap.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    _kill_group(proc.pid)  # the test, and anything it started
+    proc.wait()
+    cap.join(timeout=5)
+    report.join(timeout=5)
+    if proc.stdout:
+        proc.stdout.close()
+    seconds = time.monotonic() - t0
+    output = cap.text()
+    if strip_prefix:
+        output = output.replace(strip_prefix, "")
+    parsed = None if (timed_out or cap.flooded or report.is_alive()) else _parse_xml(bytes(report.data),
+                                                                                      gtest_filter)
 
     rc = proc.returncode
+    if jail is not None and jail.status.isolated and rc is not None and rc > 128:
+        rc = -(rc - 128)   # bwrap exits with 128 + the signal that ended the test
+    limits = jail.limits if jail is not None else None
+    network_off = jail is not None and jail.status.isolated
+    limit = sandbox.limit_reason(rc, output, limits, jail is not None and jail.uses_memory_limit(),
+                                 network_off) if jail is not None and not timed_out else ""
     tsan = "WARNING: ThreadSanitizer" in output
     if cap.flooded:
         return Outcome(False, f"output flood: more than {FLOOD_LIMIT // 1024} KiB written; killed",
@@ -182,8 +243,15 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
     if tsan:
         return Outcome(False, "data race reported by ThreadSanitizer", output, seconds)
     if rc is not None and rc < 0:
+        if limit:
+            return Outcome(False, f"{limit} (killed by {signal_name(rc)})", output, seconds)
         return Outcome(False, f"crashed: {signal_name(rc)}", output, seconds)
     if parsed is None:
+        if limit:
+            return Outcome(False, f"{limit}; exited with status {rc}", output, seconds)
+        if report.data and rc == 0:
+            return Outcome(False, "its test report was not the one gtest writes for this filter "
+                           "(refused)", output, seconds)
         return Outcome(False, f"exited with status {rc} before writing its test report", output, seconds)
     run, failed, failures, skips = parsed
     if strip_prefix:
@@ -195,7 +263,10 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
         details = "\n\n".join(f[:1500] for f in failures[:5])
         if len(failures) > 5:
             details += f"\n\n... and {len(failures) - 5} more failures"
-        return Outcome(False, _headline(failures, output), details, seconds, run)
+        limit = limit or sandbox.limit_reason(rc, "\n".join(failures), limits,
+                                              jail is not None and jail.uses_memory_limit(), network_off)
+        headline = _headline(failures, output)
+        return Outcome(False, f"{limit}: {headline}" if limit else headline, details, seconds, run)
     if skips:
         return Outcome(False, "skipped: " + skips[0][:200], output, seconds, run)
     if rc != 0:

@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import zipfile
 from pathlib import Path
@@ -32,6 +33,7 @@ KIT = Path(os.environ.get("DISTLAB_SELFTEST_KIT", ROOT / "build" / "selftest-kit
 
 SOLUTION = {
     "exercises/01_fix/fix.cpp": (HERE / "fixture_kit/solutions/01_fix/fix.cpp").read_text(),
+    "exercises/02_dep/dep.hpp": (HERE / "fixture_kit/solutions/02_dep/dep.hpp").read_text(),
     "exercises/02_dep/dep.cpp": (HERE / "fixture_kit/solutions/02_dep/dep.cpp").read_text(),
     "exercises/03_race/race.cpp": (HERE / "fixture_kit/solutions/03_race/race.cpp").read_text(),
 }
@@ -247,6 +249,255 @@ class TestGrading(GraderTestCase):
         self.assertEqual(rows["bob"]["total"], "0")
         self.assertEqual(rows["carol"]["total"], "0")
         self.assertIn("could not be read", rows["carol"]["status"])
+
+
+def _kit_snapshot() -> dict[str, bytes]:
+    """Every file of the miniature kit outside build/ (to prove a grade changed none)."""
+    return {str(p.relative_to(KIT)): p.read_bytes() for p in KIT.rglob("*")
+            if p.is_file() and "build" not in p.relative_to(KIT).parts[:1] and "__pycache__" not in p.parts}
+
+
+def _sandboxed() -> bool:
+    from pydistlab import sandbox
+    return sandbox.probe("auto").isolated
+
+
+class TestSandbox(GraderTestCase):
+    """Dishonest submissions (DESIGN.md section 6, "Sandbox"): each earns only what its honest
+    behaviour earns, changes nothing outside its scratch space, and is reported with a reason."""
+
+    #: Without namespaces a root grader still compiles and runs submissions as an unprivileged uid
+    #: (--sandbox limits); the read and write attacks must fail there too.
+    MODES = ("auto", "limits") if os.geteuid() == 0 else ("auto",)
+
+    def attack(self, body: str, *extra: str, prelude: str = "") -> dict[str, dict]:
+        before = _kit_snapshot()
+        _, tests = self.grade({"exercises/01_fix/fix.cpp": prelude + FIX_HEAD + body}, "--hidden",
+                              *extra, modules=("01_fix",))
+        self.assertEqual(_kit_snapshot(), before, "the grade changed the kit")
+        return tests
+
+    @unittest.skipUnless(_sandboxed(), "bubblewrap cannot make namespaces here")
+    def test_including_the_reference_or_hidden_tests_does_not_compile(self) -> None:
+        sources = {
+            "absolute": f'#include "{KIT}/solutions/01_fix/fix.cpp"\n',
+            "relative": '#include "../../../../../../solutions/01_fix/fix.cpp"\n',
+            "hidden": '#include "../../grader/hidden/01_fix/test_fix_hidden.cpp"\n'
+                      "int add(int a, int b) { return a + b; }\nint twice(int a) { return 2 * a; }\n",
+            "incbin": f'asm(".incbin \\"{KIT}/grader/hidden/01_fix/test_fix_hidden.cpp\\"");\n'
+                      "int add(int a, int b) { return a + b; }\nint twice(int a) { return 2 * a; }\n",
+        }
+        for (how, text), mode in [(kv, m) for kv in sources.items() for m in self.MODES]:
+            with self.subTest(f"{how}, --sandbox {mode}"):
+                tests = self.attack("", "--sandbox", mode, prelude=text)
+                for name in ("01_fix/add", "01_fix/twice", "01_fix/add_large"):
+                    self.assertEqual(tests[name]["score"], 0, f"{how}: {tests[name]['output'][:400]}")
+                out = tests["01_fix/add"]["output"]
+                self.assertIn("does not compile", out)
+                self.assertRegex(out, "No such file or directory|file not found|can't open|Permission denied")
+                self.assertNotIn("FixHidden", out)
+
+    @unittest.skipUnless(_sandboxed(), "bubblewrap cannot make namespaces here")
+    def test_reading_hidden_tests_or_the_reference_at_run_time_fails(self) -> None:
+        paths = [KIT / "grader/hidden/01_fix/test_fix_hidden.cpp", KIT / "solutions/01_fix/fix.cpp",
+                 KIT / "build/grade/submission/src/grader/hidden/01_fix/test_fix_hidden.cpp"]
+        # (A hidden item's own program holds the hidden tests; the other items cannot see it.)
+        paths.append(KIT / "build/grade/submission/build/bin/test_01_fix_hidden")
+        body = ("#include <fstream>\n#include <iostream>\n#include <sstream>\n"
+                "static std::string steal() {\n  for (const char* p : {" +
+                ", ".join(f'"{p}"' for p in paths) + "}) {\n"
+                "    std::ifstream f(p); std::stringstream s; s << f.rdbuf();\n"
+                "    if (f && s.str().size()) return s.str();\n  }\n  return {};\n}\n"
+                "int add(int a, int b) {\n  std::string s = steal();\n"
+                '  if (s.empty()) throw std::runtime_error("could not read the hidden tests");\n'
+                "  std::cout << s; return a + b;\n}\nint twice(int a) { return steal().empty() ? -1 : 2 * a; }\n")
+        for mode in self.MODES:
+            with self.subTest(f"--sandbox {mode}"):
+                tests = self.attack(body, "--sandbox", mode)
+                self.assertEqual(tests["01_fix/add"]["score"] + tests["01_fix/twice"]["score"], 0)
+                self.assertIn("could not read the hidden tests", tests["01_fix/add"]["output"])
+                for name in ("01_fix/add", "01_fix/twice"):
+                    self.assertNotIn("FixHidden", tests[name]["output"])
+
+    @unittest.skipUnless(_sandboxed(), "bubblewrap cannot make namespaces here")
+    def test_writing_into_the_kit_or_another_report_fails(self) -> None:
+        for mode in self.MODES:
+            with self.subTest(f"--sandbox {mode}"):
+                self.writes(mode)
+
+    def writes(self, mode: str) -> None:
+        batch = self.tmp / f"batch-writes-{mode}"
+        out = self.tmp / f"batch-writes-{mode}-reports"
+        gradebook = self.tmp / f"batch-writes-{mode}.csv"
+        targets = [KIT / "grader/pwned.txt", KIT / "grader/pydistlab/grade.py",
+                   KIT / "build/grade/submission/src/grader/tests/01_fix/test_fix.cpp",
+                   out / "alice/results.json", gradebook]
+        body = ("#include <fstream>\n"
+                "static bool vandalise() {\n  bool any = false;\n  for (const char* p : {" +
+                ", ".join(f'"{p}"' for p in targets) + "}) {\n"
+                '    std::ofstream f(p, std::ios::app); f << "{\\"score\\": 1000}"; f.flush();\n'
+                "    any = any || bool(f);\n  }\n  return any;\n}\n"
+                "static const bool done = vandalise();\n"
+                "int add(int a, int b) {\n"
+                '  if (!vandalise()) throw std::runtime_error("could not write outside the sandbox");\n'
+                "  return a + b;\n}\nint twice(int a) { return done ? 2 * a : -1; }\n")
+        (batch / "alice/exercises/01_fix").mkdir(parents=True)
+        (batch / "alice/exercises/01_fix/fix.cpp").write_text(SOLUTION["exercises/01_fix/fix.cpp"])
+        (batch / "mallory/exercises/01_fix").mkdir(parents=True)
+        (batch / "mallory/exercises/01_fix/fix.cpp").write_text(FIX_HEAD + body)
+        before = _kit_snapshot()
+        r = distlab("grade", "01_fix", "--hidden", "--submissions", str(batch), "--csv", str(gradebook),
+                    "--out", str(out), "--sandbox", mode)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(_kit_snapshot(), before, "the grade changed the kit")
+        with gradebook.open() as f:
+            rows = {row["submission"]: row for row in csv.DictReader(f)}
+        self.assertEqual((rows["alice"]["total"], rows["mallory"]["total"]), ("6", "0"))
+        alice = json.loads((out / "alice/results.json").read_text())
+        self.assertEqual(alice["score"], 6)
+        mallory = {t["name"]: t for t in json.loads((out / "mallory/results.json").read_text())["tests"]}
+        self.assertIn("could not write outside the sandbox", mallory["01_fix/add"]["output"])
+        self.assertFalse((KIT / "grader/pwned.txt").exists())
+
+    def test_memory_limit_fails_the_test_and_grading_goes_on(self) -> None:
+        # 1 GiB touched, past the fixture's 512 MiB limit (a bounded amount, in case a limit fails).
+        body = ("#include <cstring>\n#include <vector>\n"
+                "int add(int a, int b) {\n  std::vector<char> v(std::size_t(1) << 30);\n"
+                "  std::memset(v.data(), 1, v.size());\n  return a + b + v[12345] - 1;\n}\n"
+                "int twice(int a) { return 2 * a; }\n")
+        tests = self.attack(body)
+        self.assertEqual(tests["01_fix/add"]["score"], 0)
+        self.assertIn("memory limit 512 MiB exceeded", tests["01_fix/add"]["output"])
+        self.assertEqual(tests["01_fix/twice"]["status"], "passed")   # grading went on
+        self.assertEqual(tests["01_fix/add_large"]["score"], 0)
+
+    def test_fork_repeatedly_is_stopped_at_the_process_limit(self) -> None:
+        # At most 200 children (the fixture's limit is 64), each waiting to be killed.
+        body = ("#include <cerrno>\n#include <system_error>\n#include <unistd.h>\n"
+                "int add(int a, int b) {\n  for (int i = 0; i < 200; ++i) {\n"
+                "    pid_t pid = fork();\n    if (pid == 0) { pause(); _exit(0); }\n"
+                '    if (pid < 0) throw std::system_error(errno, std::generic_category(), "fork");\n'
+                "  }\n  return a + b;\n}\nint twice(int a) { return 2 * a; }\n")
+        tests = self.attack(body)
+        self.assertEqual(tests["01_fix/add"]["score"], 0)
+        self.assertIn("process limit 64 reached", tests["01_fix/add"]["output"])
+        self.assertEqual(tests["01_fix/twice"]["status"], "passed")
+        from pydistlab import sandbox
+        uids = ",".join(str(sandbox.TEST_UID_BASE + i) for i in range(8))
+        for _ in range(50):   # killing a whole pid namespace takes a moment
+            left = subprocess.run(["pgrep", "-u", uids], capture_output=True, text=True).stdout.strip()
+            if not left:
+                break
+            time.sleep(0.1)
+        self.assertEqual(left, "", "processes of the tests are still running")
+
+    @unittest.skipUnless(_sandboxed(), "bubblewrap cannot make namespaces here")
+    def test_network_is_off(self) -> None:
+        import socket
+        import threading
+        server = socket.socket()
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        server.settimeout(1.0)
+        port = server.getsockname()[1]
+        got: list[bytes] = []
+
+        def serve() -> None:
+            for _ in range(60):
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    if getattr(server, "_closed", False):
+                        return
+                    continue
+                got.append(conn.recv(100))
+                conn.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+        body = ("#include <arpa/inet.h>\n#include <cerrno>\n#include <cstring>\n#include <string>\n"
+                "#include <sys/socket.h>\n#include <unistd.h>\n"
+                "int add(int a, int b) {\n  int s = socket(AF_INET, SOCK_STREAM, 0);\n"
+                "  sockaddr_in addr{}; addr.sin_family = AF_INET;\n"
+                f"  addr.sin_port = htons({port}); addr.sin_addr.s_addr = htonl(0x7f000001);\n"
+                "  if (connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)\n"
+                '    throw std::runtime_error(std::string("connect: ") + std::strerror(errno));\n'
+                '  (void)!write(s, "leak", 4); close(s);\n  return a + b;\n}\n'
+                "int twice(int a) { return 2 * a; }\n")
+        try:
+            tests = self.attack(body)
+        finally:
+            server.close()
+        self.assertEqual(got, [], "a test process reached the grader's network")
+        self.assertEqual(tests["01_fix/add"]["score"], 0)
+        self.assertIn("no network in the sandbox: ", tests["01_fix/add"]["output"])
+        self.assertIn("connect: ", tests["01_fix/add"]["output"])
+
+    def test_an_owned_header_cannot_redefine_the_tests_macros(self) -> None:
+        header = ("#pragma once\n#include <gtest/gtest.h>\n#undef EXPECT_EQ\n"
+                  "#define EXPECT_EQ(a, b) (void)0\nint quadruple(int a);\n")
+        files = {"exercises/02_dep/dep.hpp": header,
+                 "exercises/02_dep/dep.cpp": '#include "dep.hpp"\nint quadruple(int a) { return a; }\n'}
+        _, tests = self.grade(files, modules=("02_dep",))
+        out = tests["02_dep/quadruple"]["output"]
+        self.assertEqual(tests["02_dep/quadruple"]["score"], 0)
+        self.assertIn("not gradable", out)
+        self.assertIn("exercises/02_dep/dep.hpp:2: `#include <gtest/gtest.h>` is not allowed", out)
+
+    def test_grading_time_with_and_without_the_sandbox(self) -> None:
+        # Two equal submissions in turn, so every grade compiles the file and links the tests (as
+        # grading a class does); the first round warms the tree.
+        subs = [Path(tempfile.mkdtemp(dir=self.tmp)) for _ in range(2)]
+        for i, sub in enumerate(subs):
+            (sub / "fix.cpp").write_text(SOLUTION["exercises/01_fix/fix.cpp"] + f"// submission {i}\n")
+        times: dict[str, float] = {"off": 0.0, "auto": 0.0}
+        for round_ in range(3):
+            for mode, sub in (("off", subs[0]), ("auto", subs[1])):
+                out = Path(tempfile.mkdtemp(dir=self.tmp))
+                t0 = time.monotonic()
+                r = distlab("grade", "01_fix", "--submission", str(sub), "--hidden", "--sandbox", mode,
+                            "--out", str(out), "--quiet")
+                if round_:
+                    times[mode] += time.monotonic() - t0
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+                self.assertEqual(json.loads((out / "results.json").read_text())["score"], 6)
+        off, on = times["off"] / 2, times["auto"] / 2
+        print(f"\n  grading 01_fix of the miniature kit (compile, link, 3 tests): {off:.2f} s without "
+              f"the sandbox, {on:.2f} s with it ({100 * (on / off - 1):+.0f}%)", file=sys.stderr)
+
+
+class TestSandboxRules(unittest.TestCase):
+    """The sandbox's static rules (no build)."""
+
+    STUB = "#pragma once\n#include <vector>\n#include \"todo.hpp\"\nint add(int a, int b);\n"
+
+    def test_owned_headers_may_add_only_standard_includes(self) -> None:
+        from pydistlab.sandbox import check_header
+        ok = [self.STUB + "#include <mutex>\nstruct S { std::mutex m; };\n",
+              self.STUB.replace("int add", "// #define EXPECT_EQ(a, b)\nint add")]
+        for text in ok:
+            self.assertEqual(check_header("m.hpp", text, [self.STUB]), "", text)
+        bad = {"#define EXPECT_EQ(a, b) (void)0\n": "#define",
+               '#include "/kit/solutions/m/m.cpp"\n': "#include",
+               "#include <../../solutions/m/m.cpp>\n": "#include",
+               "#undef TEST\n": "#undef",
+               "  %:  define X 1\n": "define",
+               "#\\\ndefine X 1\n": "define",
+               "# /* hidden */ define X 1\n": "define",
+               '_Pragma("GCC poison x")\n': "_Pragma",
+               "#pragma GCC system_header\n": "pragma",
+               "#include <sys/socket.h>\n": "#include"}
+        for text, word in bad.items():
+            problem = check_header("m.hpp", self.STUB + text, [self.STUB])
+            self.assertIn(word, problem, text)
+            self.assertIn("m.hpp:5", problem)
+
+    def test_a_report_naming_tests_outside_the_filter_is_refused(self) -> None:
+        xml = (b'<?xml version="1.0"?><testsuites tests="1"><testsuite name="Fix">'
+               b'<testcase name="%s" classname="Fix" status="run" result="completed"/></testsuite></testsuites>')
+        self.assertEqual(runner._parse_xml(xml % b"Add", "Fix.Add"), (1, 0, [], []))
+        self.assertIsNone(runner._parse_xml(xml % b"Bogus", "Fix.Add"))
+        self.assertIsNone(runner._parse_xml(xml % b"Twice", "Fix.*-Fix.Twice"))
+        self.assertIsNone(runner._parse_xml(b"<testsuites/><testsuites/>", "*"))
 
 
 class TestRelease(GraderTestCase):

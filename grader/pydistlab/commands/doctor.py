@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from .. import deps
+from .. import deps, sandbox
 from ..paths import BUILD, rel
 
 
@@ -95,6 +95,11 @@ def main(install: bool = False) -> int:
     _row("GPUs (nvidia-smi)", bool(gpus), gpus or "none seen (NCCL tests will be skipped)")
 
     _backends()
+
+    print("\n  Grading sandbox (docs/instructor-guide.md, Threat model)")
+    box = sandbox.probe("auto") if shutil.which("bwrap") else sandbox.Status(
+        "limits-only", "bubblewrap is not installed")
+    _row("bubblewrap namespaces", box.isolated, sandbox.describe(box))
 
     need = deps.missing(include_optional=False)
     optional = [r for r in deps.missing(include_optional=True) if r.optional]

@@ -20,7 +20,7 @@ from ..results import Mode
 def main(a: argparse.Namespace) -> int:
     if a.submissions:
         return batch.main(Path(a.submissions), Path(a.csv) if a.csv else None, a.modules, a.hidden,
-                          Path(a.out) if a.out else None, a.jobs)
+                          Path(a.out) if a.out else None, a.jobs, a.sandbox)
     if a.csv:
         raise DistlabError("--csv goes with --submissions DIR (batch mode)")
     mode = Mode.SOLUTIONS if a.solutions else Mode.SUBMISSION if a.submission else Mode.STUDENT
@@ -31,7 +31,8 @@ def main(a: argparse.Namespace) -> int:
     custom = os.environ.get("DISTLAB_GRADE_TREE", "")
     if custom and not re.fullmatch(r"[A-Za-z0-9_.-]+", custom):
         raise DistlabError("DISTLAB_GRADE_TREE: letters, digits, '.', '_' and '-' only")
-    run = grade.grade(a.modules, mode, sub_path, a.hidden, a.jobs, a.quiet, tree_prefix=custom)
+    run = grade.grade(a.modules, mode, sub_path, a.hidden, a.jobs, a.quiet, tree_prefix=custom,
+                      sandbox_mode=a.sandbox)
     out = Path(a.out).resolve() if a.out else BUILD / "grade" / (custom or mode.tree_id) / "report"
     report.write_all(run, out)
     report.print_table(run)
