@@ -16,6 +16,7 @@ common commands:
   ./distlab doctor                what is installed, what is missing
 instructors:
   ./distlab test                  the kit's self-test (last line: N passed, N failed)
+  ./distlab mutants [MODULE...]   grade the instructor mutants: which mistakes the tests catch
   ./distlab sync | check --stubs  regenerate / verify exercises/ from solutions/
   ./distlab release OUT           write the student repository
 """
@@ -77,6 +78,11 @@ def _cmd_gradescope_zip(a: argparse.Namespace) -> int:
 def _cmd_golden(a: argparse.Namespace) -> int:
     from . import golden
     return golden.main(a.modules, check=a.check)
+
+
+def _cmd_mutants(a: argparse.Namespace) -> int:
+    from .commands import mutants
+    return mutants.main(a)
 
 
 def _cmd_test(a: argparse.Namespace) -> int:
@@ -155,10 +161,15 @@ def parser() -> argparse.ArgumentParser:
     go.add_argument("--check", action="store_true",
                     help="do not write: check that the stored outputs reproduce")
 
+    mu = add("mutants", _cmd_mutants, "grade every instructor mutant (grader/mutants/) with the hidden "
+             "tests: caught or ESCAPED, by which items, and the mutation score")
+    mu.add_argument("modules", nargs="*", metavar="MODULE")
+    mu.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
+
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,
                    help="comma-separated steps: build,tsan,nccl,solutions,stubs,sync,golden,release,"
-                        "selftest,lint")
+                        "selftest,mutants,lint")
     return p
 
 
