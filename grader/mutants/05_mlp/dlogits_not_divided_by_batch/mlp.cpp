@@ -1,0 +1,372 @@
+// MUTANT dlogits_not_divided_by_batch: softmax_cross_entropy_backward returns probs - onehot without dividing by the batch size (the gradient of the summed, not the mean, loss).
+// 05_mlp: the layers, the loss, the optimizer and the model. Your TODOs are marked; the given
+// code (initialisation, hooks, data, the training loop) is below them.
+#include "mlp.hpp"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "datasets/loader.hpp"
+#include "datasets/random.hpp"
+#include "distlab/timing.hpp"
+#include "distlab/todo.hpp"
+
+namespace mlp {
+namespace {
+
+void check_labels(std::span<const std::int32_t> labels, Eigen::Index rows, Eigen::Index classes,
+                  const char* where) {
+  if (static_cast<Eigen::Index>(labels.size()) != rows) {
+    throw std::invalid_argument(std::string(where) + ": " + std::to_string(labels.size()) +
+                                " labels for " + std::to_string(rows) + " rows");
+  }
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      throw std::out_of_range(std::string(where) + ": label " + std::to_string(labels[i]) +
+                              " of row " + std::to_string(i) + " is outside [0, " +
+                              std::to_string(classes) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+// =============================================================================================
+// Linear layer (no bias): y = x W^T.
+
+void linear_forward(const Matrix& x, const Matrix& w, Matrix& y) {
+  // BEGIN SOLUTION: y = x W^T (use y.noalias() = ... so Eigen writes straight into y)
+  y.noalias() = x * w.transpose();
+  // END SOLUTION
+}
+
+void linear_backward_weight(const Matrix& x, const Matrix& dy, Matrix& dw) {
+  // BEGIN SOLUTION: dW = dy^T x (shape out x in, like W)
+  dw.noalias() = dy.transpose() * x;
+  // END SOLUTION
+}
+
+void linear_backward_input(const Matrix& w, const Matrix& dy, Matrix& dx) {
+  // BEGIN SOLUTION: dx = dy W (shape B x in, like x)
+  dx.noalias() = dy * w;
+  // END SOLUTION
+}
+
+// =============================================================================================
+// Activations.
+
+void tanh_forward(const Matrix& x, Matrix& y) {
+  // BEGIN SOLUTION: y = tanh(x) elementwise (Eigen: x.array().tanh())
+  y = x.array().tanh();
+  // END SOLUTION
+}
+
+void tanh_backward(const Matrix& y, const Matrix& dy, Matrix& dx) {
+  // BEGIN SOLUTION: dx = dy * (1 - y^2) elementwise, y being tanh's output
+  dx = dy.array() * (1.0f - y.array().square());
+  // END SOLUTION
+}
+
+void relu_forward(const Matrix& x, Matrix& y) {
+  // BEGIN SOLUTION: y = max(x, 0) elementwise
+  y = x.array().max(0.0f);
+  // END SOLUTION
+}
+
+void relu_backward(const Matrix& x, const Matrix& dy, Matrix& dx) {
+  // BEGIN SOLUTION: dx = dy where x > 0, 0 elsewhere
+  dx = (x.array() > 0.0f).select(dy, 0.0f);
+  // END SOLUTION
+}
+
+// =============================================================================================
+// Softmax cross-entropy.
+
+float softmax_cross_entropy_forward(const Matrix& logits, std::span<const std::int32_t> labels,
+                                    Matrix& probs) {
+  check_labels(labels, logits.rows(), logits.cols(), "softmax_cross_entropy_forward");
+  if (logits.rows() == 0) return 0.0f;
+  // BEGIN SOLUTION: per row: m = max logit, e = exp(logits - m), probs = e / sum(e), loss_row = m + log(sum(e)) - logits[label]; return the mean of loss_row (accumulate in double)
+  probs.resize(logits.rows(), logits.cols());
+  double total = 0.0;
+  for (Eigen::Index i = 0; i < logits.rows(); ++i) {
+    const float m = logits.row(i).maxCoeff();
+    probs.row(i) = (logits.row(i).array() - m).exp();
+    const float s = probs.row(i).sum();
+    probs.row(i) /= s;
+    total += static_cast<double>(m) + std::log(static_cast<double>(s)) -
+             static_cast<double>(logits(i, labels[static_cast<std::size_t>(i)]));
+  }
+  return static_cast<float>(total / static_cast<double>(logits.rows()));
+  // END SOLUTION
+}
+
+void softmax_cross_entropy_backward(const Matrix& probs, std::span<const std::int32_t> labels,
+                                    Matrix& dlogits) {
+  check_labels(labels, probs.rows(), probs.cols(), "softmax_cross_entropy_backward");
+  // BEGIN SOLUTION: dlogits = probs, minus 1 at each row's label, all divided by the batch size B (the loss is a mean)
+  const float inv_b = 1.0f;
+  dlogits = probs * inv_b;
+  for (Eigen::Index i = 0; i < probs.rows(); ++i) dlogits(i, labels[static_cast<std::size_t>(i)]) -= inv_b;
+  // END SOLUTION
+}
+
+// =============================================================================================
+// SGD.
+
+SGD::SGD(std::vector<Parameter*> params, float learning_rate)
+    : params_(std::move(params)), learning_rate_(learning_rate) {}
+
+void SGD::step() {
+  // BEGIN SOLUTION: for every parameter p: p->value -= learning_rate_ * p->grad
+  for (Parameter* p : params_) p->value -= learning_rate_ * p->grad;
+  // END SOLUTION
+}
+
+// =============================================================================================
+// The MLP's forward and backward.
+
+const Matrix& MLP::forward(const Matrix& x) {
+  if (x.cols() != config_.dim_in) {
+    throw std::invalid_argument("MLP::forward: input has " + std::to_string(x.cols()) +
+                                " columns, the model expects dim_in = " +
+                                std::to_string(config_.dim_in));
+  }
+  input_ = &x;
+  // BEGIN SOLUTION: h = x; for each layer i: z_[i] = linear_forward(h, weights_[i].value); except after the last layer, h_[i] = activation_forward(config_.activation, z_[i]) and h = h_[i]; the logits are z_.back()
+  const Matrix* h = &x;
+  const int n = n_layers();
+  for (int i = 0; i < n; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    linear_forward(*h, weights_[k].value, z_[k]);
+    if (i + 1 < n) {
+      activation_forward(config_.activation, z_[k], h_[k]);
+      h = &h_[k];
+    }
+  }
+  // END SOLUTION
+  return z_.back();
+}
+
+void MLP::backward(const Matrix& dlogits) {
+  if (input_ == nullptr) throw std::logic_error("MLP::backward called before forward");
+  if (dlogits.rows() != z_.back().rows() || dlogits.cols() != z_.back().cols()) {
+    throw std::invalid_argument("MLP::backward: dlogits must have the logits' shape " +
+                                std::to_string(z_.back().rows()) + " x " +
+                                std::to_string(z_.back().cols()));
+  }
+  // BEGIN SOLUTION: dz = dlogits; for i from the last layer down to 0: weights_[i].grad = linear_backward_weight(input of layer i, dz); weights_[i].run_hooks() at once; if i > 0: dh_[i-1] = linear_backward_input(W_i, dz), dz_[i-1] = activation_backward(...), dz = dz_[i-1]
+  const Matrix* dz = &dlogits;
+  for (int i = n_layers() - 1; i >= 0; --i) {
+    const auto k = static_cast<std::size_t>(i);
+    const Matrix& in = i == 0 ? *input_ : h_[k - 1];
+    linear_backward_weight(in, *dz, weights_[k].grad);
+    weights_[k].run_hooks();  // this gradient is final: 06's data parallelism starts here
+    if (i > 0) {
+      linear_backward_input(weights_[k].value, *dz, dh_[k - 1]);
+      activation_backward(config_.activation, z_[k - 1], h_[k - 1], dh_[k - 1], dz_[k - 1]);
+      dz = &dz_[k - 1];
+    }
+  }
+  // END SOLUTION
+}
+
+// =============================================================================================
+// Given code: activation dispatch, parameters and hooks, the model's construction.
+
+void activation_forward(Activation a, const Matrix& z, Matrix& h) {
+  if (a == Activation::Tanh) {
+    tanh_forward(z, h);
+  } else {
+    relu_forward(z, h);
+  }
+}
+
+void activation_backward(Activation a, const Matrix& z, const Matrix& h, const Matrix& dh,
+                         Matrix& dz) {
+  if (a == Activation::Tanh) {
+    tanh_backward(h, dh, dz);
+  } else {
+    relu_backward(z, dh, dz);
+  }
+}
+
+int Parameter::add_hook(Hook hook) {
+  hooks_.emplace_back(next_handle_, std::move(hook));
+  return next_handle_++;
+}
+
+void Parameter::remove_hook(int handle) {
+  for (auto it = hooks_.begin(); it != hooks_.end(); ++it) {
+    if (it->first == handle) {
+      hooks_.erase(it);
+      return;
+    }
+  }
+}
+
+void Parameter::run_hooks() {
+  for (auto& [handle, hook] : hooks_) hook(*this);
+}
+
+std::string to_string(Activation a) { return a == Activation::Tanh ? "tanh" : "relu"; }
+
+void Config::validate() const {
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw std::invalid_argument("config: " + msg);
+  };
+  need(n_layers >= 1, "n_layers must be >= 1");
+  need(dim_in >= 1 && n_classes >= 2 && dim_hidden >= 1,
+       "dim_in and dim_hidden must be >= 1 and n_classes >= 2");
+  need(batch_size >= 1 && batch_size <= train_size,
+       "batch_size must be in [1, train_size]");
+  need(test_size >= 1, "test_size must be >= 1 (the test loss needs held-out rows)");
+  need(niters >= 0, "niters must be >= 0");
+  need(learning_rate > 0.0f, "learning_rate must be > 0");
+  need(log_every >= 1, "log_every must be >= 1");
+}
+
+std::string describe(const Config& c) {
+  std::ostringstream os;
+  os << "n_layers = " << c.n_layers << "\n"
+     << "dim_in = " << c.dim_in << "\n"
+     << "n_classes = " << c.n_classes << "\n"
+     << "dim_hidden = " << c.dim_hidden << "\n"
+     << "train_size = " << c.train_size << "\n"
+     << "test_size = " << c.test_size << "\n"
+     << "batch_size = " << c.batch_size << "\n"
+     << "learning_rate = " << c.learning_rate << "\n"
+     << "niters = " << c.niters << "\n"
+     << "seed = " << c.seed << "\n"
+     << "activation = " << to_string(c.activation) << "\n";
+  return os.str();
+}
+
+MLP::MLP(const Config& config, std::uint64_t seed) : config_(config) {
+  config_.validate();
+  datasets::Rng rng(seed);
+  const int n = config_.n_layers;
+  weights_.resize(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    Parameter& p = weights_[static_cast<std::size_t>(i)];
+    p.name = "layers." + std::to_string(i) + ".weight";
+    const int in = config_.layer_in(i), out = config_.layer_out(i);
+    const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+    p.value.resize(out, in);
+    for (Eigen::Index k = 0; k < p.value.size(); ++k) p.value.data()[k] = rng.uniform(-bound, bound);
+    p.grad = Matrix::Zero(out, in);
+  }
+  z_.resize(static_cast<std::size_t>(n));
+  h_.resize(static_cast<std::size_t>(n - 1));
+  dh_.resize(static_cast<std::size_t>(n - 1));
+  dz_.resize(static_cast<std::size_t>(n - 1));
+}
+
+std::vector<Parameter*> MLP::parameters() {
+  std::vector<Parameter*> out;
+  for (auto& p : weights_) out.push_back(&p);
+  return out;
+}
+
+std::vector<const Parameter*> MLP::parameters() const {
+  std::vector<const Parameter*> out;
+  for (const auto& p : weights_) out.push_back(&p);
+  return out;
+}
+
+std::int64_t MLP::num_parameters() const {
+  std::int64_t n = 0;
+  for (const auto& p : weights_) n += p.numel();
+  return n;
+}
+
+double MLP::forward_flops(int batch) const {
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(num_parameters());
+}
+
+// =============================================================================================
+// Given code: data and training.
+
+datasets::Split make_data(const Config& c) {
+  c.validate();
+  datasets::ClassificationConfig d;
+  d.n_samples = c.train_size + c.test_size;
+  d.n_features = c.dim_in;
+  d.n_classes = c.n_classes;
+  d.n_clusters_per_class = 2;
+  int min_informative = 1;
+  while ((std::int64_t{1} << min_informative) < 2LL * c.n_classes) ++min_informative;
+  d.n_informative = std::min(c.dim_in, std::max(min_informative + 1, std::min(32, c.dim_in / 8)));
+  d.n_redundant = std::min(d.n_informative, c.dim_in - d.n_informative);
+  d.class_sep = 3.0f;  // test loss ~1.2 after 1000 steps of the seed config (chance: ln 32 = 3.47)
+  d.flip_y = 0.01f;
+  d.seed = c.seed;
+  datasets::Split s = datasets::train_test_split(datasets::make_classification(d), c.test_size,
+                                                 c.seed + 1);
+  datasets::standardize(s);
+  return s;
+}
+
+float train_step(MLP& model, SGD& opt, const Matrix& x, const Labels& y, Matrix& probs,
+                 Matrix& dlogits) {
+  const Matrix& logits = model.forward(x);
+  const float loss = softmax_cross_entropy_forward(logits, y, probs);
+  softmax_cross_entropy_backward(probs, y, dlogits);
+  model.backward(dlogits);
+  opt.step();
+  return loss;
+}
+
+float evaluate_loss(MLP& model, const datasets::Dataset& data, int chunk) {
+  Matrix x, probs;
+  Labels y;
+  std::vector<std::int64_t> rows;
+  double total = 0.0;
+  for (std::int64_t start = 0; start < data.size(); start += chunk) {
+    const std::int64_t end = std::min<std::int64_t>(data.size(), start + chunk);
+    rows.clear();
+    for (std::int64_t r = start; r < end; ++r) rows.push_back(r);
+    datasets::gather_rows(data, rows, x, y);
+    const float loss = softmax_cross_entropy_forward(model.forward(x), y, probs);
+    total += static_cast<double>(loss) * static_cast<double>(end - start);
+  }
+  return data.size() ? static_cast<float>(total / static_cast<double>(data.size())) : 0.0f;
+}
+
+std::vector<LogLine> train(const Config& c, std::function<void(const LogLine&)> out) {
+  c.validate();
+  Eigen::setNbThreads(1);
+  const datasets::Split data = make_data(c);
+  MLP model(c, c.seed + 2);
+  SGD opt(model.parameters(), c.learning_rate);
+  const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
+  Matrix x, probs, dlogits;
+  Labels y;
+  std::vector<LogLine> log;
+  std::vector<double> times;
+  double loss_sum = 0.0;
+  int loss_count = 0;
+  for (int step = 0; step < c.niters; ++step) {
+    loader.load(step, x, y);
+    distlab::Stopwatch sw;
+    const float loss = train_step(model, opt, x, y, probs, dlogits);
+    times.push_back(sw.elapsed_ms());
+    loss_sum += loss;
+    ++loss_count;
+    if (step % c.log_every == 0 || step == c.niters - 1) {
+      LogLine line{step, static_cast<float>(loss_sum / loss_count), evaluate_loss(model, data.test),
+                   distlab::median(times)};
+      if (out) out(line);
+      log.push_back(line);
+      times.clear();
+      loss_sum = 0.0;
+      loss_count = 0;
+    }
+  }
+  return log;
+}
+
+}  // namespace mlp
