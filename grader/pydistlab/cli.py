@@ -165,6 +165,8 @@ def parser() -> argparse.ArgumentParser:
              "tests: caught or ESCAPED, by which items, and the mutation score")
     mu.add_argument("modules", nargs="*", metavar="MODULE")
     mu.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
+    mu.add_argument("--fast", action="store_true",
+                    help="stop each mutant at its first failing item (caught or not, sooner; the self-test's mode)")
 
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,

@@ -270,6 +270,43 @@ TEST(ParallelFor, ExceptionReachesCaller) {
   EXPECT_THROW(threads::parallel_for(3, 0, [](std::size_t) {}), std::invalid_argument);
 }
 
+TEST(PoolFailure, WorkersStopTakingItemsAfterOneThrows) {
+  // Item 0 throws at once; every other item takes 3 ms. After the failure each worker may finish
+  // the item it holds, but must not claim new ones, so far fewer than all 600 items start.
+  const std::size_t n = 600;
+  std::atomic<int> started{0};
+  try {
+    threads::parallel_for(n, 4, [&](std::size_t i) {
+      ++started;
+      if (i == 0) throw std::runtime_error("item 0 failed");
+      std::this_thread::sleep_for(3ms);
+    });
+    FAIL() << "the exception thrown by item 0 did not reach the caller";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "item 0 failed");
+  }
+  EXPECT_LT(started.load(), static_cast<int>(n / 2))
+      << started.load() << " of " << n << " items started although item 0 threw first: after an item "
+      << "throws, the workers must stop taking new items (check a shared flag before claiming the next)";
+}
+
+TEST(ParallelMap, RunsOnSeveralThreads) {
+  Probe probe;
+  std::vector<double> xs(6, 1.0);
+  const auto ys = threads::parallel_map(xs,
+                                        [&](double x) {
+                                          probe.enter(0);
+                                          std::this_thread::sleep_for(50ms);
+                                          probe.leave();
+                                          return x + 1.0;
+                                        },
+                                        3);
+  EXPECT_EQ(ys, std::vector<double>(6, 2.0));
+  EXPECT_GE(probe.threads().size(), 2u) << "6 items of 50 ms on 3 workers all ran on one thread: "
+                                            "parallel_map must use a pool of n_workers (parallel_for)";
+  EXPECT_LE(probe.threads().size(), 3u) << "more threads than n_workers";
+}
+
 TEST(ParallelMap, ResultsInInputOrder) {
   std::vector<double> xs(257);
   std::iota(xs.begin(), xs.end(), -100.0);
