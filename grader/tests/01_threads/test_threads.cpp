@@ -256,6 +256,25 @@ TEST(ParallelFor, IsAPoolOfAtMostNWorkersRunningInParallel) {
       << " threads: reuse the workers, do not start a thread per item";
 }
 
+TEST(ParallelFor, ReusesItsWorkersInsteadOfAThreadPerItem) {
+  // Thread ids are reused once a thread has been joined, so count threads by a thread_local
+  // mark instead: a thread that starts running items of this call has no mark yet.
+  static thread_local bool marked = false;
+  for (int call = 0; call < 2; ++call) {
+    std::atomic<int> fresh{0};
+    threads::parallel_for(300, 3, [&](std::size_t) {
+      if (!marked) {
+        marked = true;
+        ++fresh;
+      }
+    });
+    marked = false;  // in case items ran on this (the calling) thread
+    EXPECT_LE(fresh.load(), 3) << "300 items on 3 workers ran on " << fresh.load()
+                               << " different threads: start n_workers threads once and let each "
+                                  "take item after item, not a thread per item (or per wave of items)";
+  }
+}
+
 TEST(ParallelFor, ExceptionReachesCaller) {
   std::atomic<int> ran{0};
   try {
