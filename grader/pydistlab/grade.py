@@ -173,7 +173,7 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
           stop_early: bool = False) -> GradeRun:
     """Grades and returns the results (writing no report). stop_early (`./distlab mutants
     --fast`): once an item fails, the items not yet started are not run (reason NOT_RUN) and the
-    ThreadSanitizer build is skipped: the score is then only an upper bound."""
+    ThreadSanitizer build is skipped: the score is then only a lower bound."""
     t_start = time.monotonic()
     mode = Mode(mode)
     say = ws.Progress(quiet)

@@ -11,7 +11,8 @@ not a one-file change of the reference).
 
 --fast (the self-test's mode) stops grading a mutant at its first failing item: the items not yet
 started are not run, nor is the ThreadSanitizer build of a mutant already caught, so the line names
-the items that failed before it stopped and the score is an upper bound. Without --fast every item
+the items that failed before it stopped, and the score (items not run count as lost) is a lower
+bound. Without --fast every item
 runs, and the line names every item that catches the mutant (what grader/mutants/README.md lists).
 
 grader/mutants/ is instructor material: `./distlab release` leaves it out.
@@ -126,7 +127,7 @@ def line(o: Outcome) -> str:
         verdict, detail = "caught ", ("first by " if o.fast else "by ") + ", ".join(o.caught_by)
     else:
         verdict, detail = "ESCAPED", "full marks: no test observes this mistake"
-    score = ("<=" if o.fast and o.caught else "") + (f"{o.score:g}/{o.max_score:g}" if o.max_score else "-")
+    score = (">=" if o.fast and o.caught else "") + (f"{o.score:g}/{o.max_score:g}" if o.max_score else "-")
     return f"  {verdict} {o.module}/{o.name:<36} {score:>7} {o.seconds:5.0f} s  {detail}"
 
 
