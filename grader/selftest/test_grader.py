@@ -278,6 +278,34 @@ class TestRelease(GraderTestCase):
             self.assertEqual(sorted(zf.namelist()), sorted(SOLUTION))
 
 
+class TestMutants(GraderTestCase):
+    def test_mutants_caught_escaped_and_broken(self) -> None:
+        ref = SOLUTION["exercises/01_fix/fix.cpp"]
+        planted = {
+            "twice_triples": ref.replace("return add(a, a);", "return add(a, add(a, a));"),
+            "same_behaviour": ref.replace("return a + b;", "return b + a;"),
+        }
+        folder = KIT / "grader" / "mutants" / "01_fix"
+        try:
+            for name, text in planted.items():
+                (folder / name).mkdir(parents=True, exist_ok=True)
+                (folder / name / "fix.cpp").write_text(f"// MUTANT {name}: a planted change\n{text}")
+            (folder / "unnamed").mkdir(parents=True, exist_ok=True)
+            (folder / "unnamed" / "fix.cpp").write_text("// no header\n" + ref)
+            r = distlab("mutants", "01_fix", "--fast")
+            out = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 1, out)
+            self.assertRegex(out, r"caught\s+01_fix/twice_triples\s.*first by twice")
+            self.assertRegex(out, r"ESCAPED 01_fix/same_behaviour\s+(\d+)/\1 ")
+            self.assertRegex(out, r"BROKEN\s+01_fix/unnamed\s.*// MUTANT unnamed:")
+            self.assertRegex(out, r"overall\s+1/3")
+            r = distlab("release", str(self.tmp / "released"), "--force")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertFalse((self.tmp / "released" / "grader" / "mutants").exists())
+        finally:
+            shutil.rmtree(KIT / "grader" / "mutants", ignore_errors=True)
+
+
 class TestGolden(GraderTestCase):
     def test_golden_writes_then_reproduces_within_tolerance(self) -> None:
         golden = KIT / "grader/golden/01_fix"
