@@ -1,4 +1,4 @@
-// MUTANT ring_allreduce_avg_divides_wrong_chunk: allreduce_ring divides chunk rank (not the chunk rank + 1 it just finished reducing) by p for Avg.
+// MUTANT ring_all_reduce_avg_divides_wrong_chunk: allreduce_ring divides chunk rank (not the chunk rank + 1 it just finished reducing) by p for Avg.
 // 03_collectives: collectives from point-to-point messages. One algorithm per function, naive to
 // optimal; each is explained before its code (steps, rounds, bytes per rank). Notation: p ranks,
 // n bytes in the buffer, alpha = latency per message, beta = seconds per byte on a link,

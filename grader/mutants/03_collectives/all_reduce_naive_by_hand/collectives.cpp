@@ -1,4 +1,4 @@
-// MUTANT allreduce_naive_by_hand: allreduce_naive: rank 0 combines the received buffers in its own loop instead of dist::reduce_into: right values, but no reduction time charged.
+// MUTANT all_reduce_naive_by_hand: allreduce_naive: rank 0 combines the received buffers in its own loop instead of dist::reduce_into: right values, but no reduction time charged.
 // 03_collectives: collectives from point-to-point messages. One algorithm per function, naive to
 // optimal; each is explained before its code (steps, rounds, bytes per rank). Notation: p ranks,
 // n bytes in the buffer, alpha = latency per message, beta = seconds per byte on a link,
