@@ -31,7 +31,8 @@ namespace dp {
 std::int64_t global_batch_index(std::int64_t step, int rank, int world_size);
 
 /// Task 2. True on every rank when every rank's parameters equal rank 0's within rtol:
-/// |x_r - x_0| <= rtol * max(|x_r|, |x_0|) for every element. Rank 0 gathers all ranks'
+/// |x_r - x_0| <= rtol * max(|x_r|, |x_0|) for every element (so a NaN on any rank is never
+/// close: every comparison with a NaN is false). Rank 0 gathers all ranks'
 /// parameters (dist::gather) and decides; the answer reaches every rank (dist::broadcast).
 /// A collective: every rank must call it.
 bool check_parameter_closeness(const mlp::MLP& model, float rtol);

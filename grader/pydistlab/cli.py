@@ -17,6 +17,7 @@ common commands:
   ./distlab doctor                what is installed, what is missing
 instructors:
   ./distlab test                  the kit's self-test (last line: N passed, N failed)
+  ./distlab mutants [MODULE...]   grade the instructor mutants: which mistakes the tests catch
   ./distlab sync | check --stubs  regenerate / verify exercises/ from solutions/
   ./distlab release OUT           write the student repository
 """
@@ -88,6 +89,11 @@ def _cmd_golden(a: argparse.Namespace) -> int:
 def _cmd_format(a: argparse.Namespace) -> int:
     from .commands import cxxformat
     return cxxformat.main(check=a.check)
+
+
+def _cmd_mutants(a: argparse.Namespace) -> int:
+    from .commands import mutants
+    return mutants.main(a)
 
 
 def _cmd_test(a: argparse.Namespace) -> int:
@@ -180,10 +186,17 @@ def parser() -> argparse.ArgumentParser:
     fm = add("format", _cmd_format, "format the kit's hand-written C++ files with clang-format (.clang-format)")
     fm.add_argument("--check", action="store_true", help="do not write: list the files that are not formatted")
 
+    mu = add("mutants", _cmd_mutants, "grade every instructor mutant (grader/mutants/) with the hidden "
+             "tests: caught or ESCAPED, by which items, and the mutation score")
+    mu.add_argument("modules", nargs="*", metavar="MODULE")
+    mu.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
+    mu.add_argument("--fast", action="store_true",
+                    help="stop each mutant at its first failing item (caught or not, sooner; the self-test's mode)")
+
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,
                    help="comma-separated steps: build,tsan,nccl,solutions,stubs,sync,golden,release,"
-                        "selftest,lint,format")
+                        "selftest,mutants,lint,format")
     return p
 
 

@@ -217,8 +217,14 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
 Job = tuple[ModuleResult, mf.TestItem, Path, float, dict[str, str], Path, "sandbox.TestJail | None"]
 
 
+#: The reason of an item that was not run because an earlier one failed (grade(stop_early=True)).
+NOT_RUN = "not run: an earlier item already failed"
+
+
 def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
-               tag: str = "") -> dict[tuple[str, str], runner.Outcome]:
+               tag: str = "", stop_early: bool = False) -> dict[tuple[str, str], runner.Outcome]:
+    """Runs the jobs, `workers` at a time. stop_early: after the first failure, the items not yet
+    started are not run (their outcome says NOT_RUN)."""
     out: dict[tuple[str, str], runner.Outcome] = {}
     if not jobs:
         return out
@@ -241,6 +247,9 @@ def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
                 for res, item, binary, timeout, env, cwd, jail in jobs}
         for fut in as_completed(futs):
             res, item = futs[fut]
+            if fut.cancelled():
+                out[(res.module.name, item.name)] = runner.Outcome(False, NOT_RUN, "", 0.0)
+                continue
             try:
                 oc = fut.result()
             except Exception as e:  # never lose the other results
@@ -249,6 +258,9 @@ def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
             done += 1
             status = "passed" if oc.passed else f"FAILED: {oc.reason}"
             say(f"  [{done}/{len(jobs)}] {item.full_name}{tag}: {status} ({oc.seconds:.1f} s)")
+            if stop_early and not oc.passed:
+                for other in futs:
+                    other.cancel()
     return out
 
 
@@ -271,8 +283,11 @@ def _test_jobs(results: list[ModuleResult], bin_dir: Path, cwd: Path, hidden: bo
 
 def grade(module_names: list[str], mode: Mode, submission_path: Path | None = None,
           hidden: bool = False, jobs: int = 0, quiet: bool = False, tree_prefix: str = "",
-          sandbox_mode: str = "auto") -> GradeRun:
-    """Grades and returns the results (writing no report). sandbox_mode: sandbox.probe()."""
+          sandbox_mode: str = "auto", stop_early: bool = False) -> GradeRun:
+    """Grades and returns the results (writing no report). sandbox_mode: sandbox.probe().
+    stop_early (`./distlab mutants --fast`): once an item fails, the items not yet started are not
+    run (reason NOT_RUN) and the ThreadSanitizer build is skipped: the score is then only a lower
+    bound."""
     t_start = time.monotonic()
     mode = Mode(mode)
     say = ws.Progress(quiet)
@@ -363,22 +378,24 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
         with ws.open_tree(tree_id, overlay, hidden, say) as tb:
             built = _build_modules(tb, tb.build, ws.BASE_CACHE, graded_here, results, man, mode, say,
                                    warnings=run.warnings, guard=guard)
+            say(f"running tests of {', '.join(built) or 'no module'}")
+            t0 = time.monotonic()
+            plain = _run_items(_test_jobs([results[n] for n in built], tb.build / "bin", tb.src, hidden,
+                                          status=box), workers, say, stop_early=stop_early)
             tsan_mods = [n for n in built if "thread" in results[n].module.sanitizers]
+            if stop_early:   # a module that already failed an item needs no ThreadSanitizer run
+                tsan_mods = [n for n in tsan_mods if all(oc.passed for (m, _), oc in plain.items() if m == n)]
             tsan_built: list[str] = []
             if tsan_mods:
                 tsan_built = _build_modules(tb, tb.tsan_build, ws.TSAN_CACHE, tsan_mods, results, man,
                                             mode, say, label=" under ThreadSanitizer", guard=guard)
-            say(f"running tests of {', '.join(built) or 'no module'}")
-            t0 = time.monotonic()
-            plain = _run_items(_test_jobs([results[n] for n in built], tb.build / "bin", tb.src, hidden,
-                                          status=box), workers, say)
             # Under ThreadSanitizer only the items that passed: a failure is already a failure.
             passed_plain = {k for k, oc in plain.items() if oc.passed}
             tsan_env = {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1 report_signal_unsafe=0"}
             tsan = _run_items(_test_jobs([results[n] for n in tsan_built], tb.tsan_build / "bin", tb.src,
                                          hidden, TSAN_TIMEOUT_FACTOR, tsan_env, status=box, tsan=True,
                                          only=passed_plain),
-                              workers, say, tag=" [tsan]")
+                              workers, say, tag=" [tsan]", stop_early=stop_early)
             elapsed = time.monotonic() - t0
         for n in built:
             res = results[n]
@@ -386,7 +403,7 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
             for item in res.module.items(hidden):
                 oc = plain[(n, item.name)]
                 passed, reason, output, secs = oc.passed, oc.reason, oc.output, oc.seconds
-                if "thread" in res.module.sanitizers:
+                if "thread" in res.module.sanitizers and not (stop_early and n not in tsan_built):
                     toc = tsan.get((n, item.name))
                     if toc is None and n not in tsan_built:
                         passed, reason = False, reason or "did not build under ThreadSanitizer"

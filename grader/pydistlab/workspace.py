@@ -1,8 +1,8 @@
 """The grader's workspaces: clean copies of the kit under build/grade/<id>/ and their builds.
 
 One workspace is build/grade/<id>/ with
-  src/          the kit's files (solutions/, the self-tests and, unless asked, the hidden tests
-                left out) with an overlay on top: the files under grade, or the reference;
+  src/          the kit's files (solutions/, the self-tests, the mutants and, unless asked, the
+                hidden tests left out) with an overlay on top: the files under grade, or the reference;
   build/        its plain build, configured with BASE_CACHE;
   build-tsan/   its ThreadSanitizer build, configured with TSAN_CACHE;
   .lock         held while one command uses the workspace (see open_tree).
@@ -88,7 +88,7 @@ def _tree_files(hidden: bool) -> dict[str, Path | bytes]:
             continue
         if not hidden and name.startswith("grader/hidden/"):
             continue
-        if name.startswith("grader/selftest/"):
+        if name.startswith(("grader/selftest/", "grader/mutants/")):
             continue
         files[name] = ROOT / name
     return files

@@ -529,6 +529,49 @@ class TestRelease(GraderTestCase):
             self.assertEqual(sorted(zf.namelist()), sorted(SOLUTION))
 
 
+class TestMutants(GraderTestCase):
+    @staticmethod
+    def patch(name: str, ref: str, text: str) -> str:
+        import difflib
+        path = "solutions/01_fix/fix.cpp"
+        diff = difflib.unified_diff(ref.splitlines(keepends=True), text.splitlines(keepends=True),
+                                    f"a/{path}", f"b/{path}")
+        return f"# MUTANT {name}: a planted change\n" + "".join(diff)
+
+    def test_mutants_caught_escaped_and_broken(self) -> None:
+        ref = (KIT / "solutions" / "01_fix" / "fix.cpp").read_text()
+        planted = {
+            "twice_triples": ref.replace("return add(a, a);", "return add(a, add(a, a));"),
+            "same_behaviour": ref.replace("return a + b;", "return b + a;"),
+        }
+        folder = KIT / "grader" / "mutants" / "01_fix"
+        try:
+            for name, text in planted.items():
+                (folder / name).mkdir(parents=True, exist_ok=True)
+                (folder / name / "mutant.patch").write_text(self.patch(name, ref, text))
+            (folder / "unnamed").mkdir(parents=True, exist_ok=True)
+            (folder / "unnamed" / "mutant.patch").write_text(
+                "// no header\n" + self.patch("x", ref, planted["twice_triples"]).partition("\n")[2])
+            # A patch whose context no longer matches the reference: broken, not silently applied.
+            stale = self.patch("stale", ref.replace("return a + b;", "return a  +  b;"),
+                               planted["same_behaviour"].replace("return b + a;", "return b  +  a;"))
+            (folder / "stale").mkdir(parents=True, exist_ok=True)
+            (folder / "stale" / "mutant.patch").write_text(stale)
+            r = distlab("mutants", "01_fix", "--fast")
+            out = r.stdout + r.stderr
+            self.assertEqual(r.returncode, 1, out)
+            self.assertRegex(out, r"caught\s+01_fix/twice_triples\s.*first by twice")
+            self.assertRegex(out, r"ESCAPED 01_fix/same_behaviour\s+(\d+)/\1 ")
+            self.assertRegex(out, r"BROKEN\s+01_fix/unnamed\s.*# MUTANT unnamed:")
+            self.assertRegex(out, r"BROKEN\s+01_fix/stale\s.*no longer applies")
+            self.assertRegex(out, r"overall\s+1/4")
+            r = distlab("release", str(self.tmp / "released"), "--force")
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertFalse((self.tmp / "released" / "grader" / "mutants").exists())
+        finally:
+            shutil.rmtree(KIT / "grader" / "mutants", ignore_errors=True)
+
+
 class TestGolden(GraderTestCase):
     def test_golden_writes_then_reproduces_within_tolerance(self) -> None:
         golden = KIT / "grader/golden/01_fix"

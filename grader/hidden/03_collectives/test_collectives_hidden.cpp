@@ -332,4 +332,64 @@ INSTANTIATE_TEST_SUITE_P(Hidden, SimTimeTwoLevel, ::testing::ValuesIn(kTwoLevelC
                            return std::string(row.param.fn);
                          });
 
+// ---- the reductions cost time -----------------------------------------------------------------
+// dist::reduce_into charges n gamma to the reducing rank's clock; a loop that reduces by hand is
+// free on the simulated clock, which the rules forbid. The functions whose flat-network timing
+// tests run without gamma: with gamma the call must take at least n gamma longer (the last
+// reduction on the reducing rank follows its last arrival, and for all_reduce_naive the results
+// go out only after it).
+
+double extra_time_of_gamma(const std::string& fn_name, int p,
+                           const std::function<void(std::span<float>)>& call) {
+  const std::size_t n = 4096;
+  auto body = [&] {
+    std::vector<float> buf(n, 1.0f);
+    call(buf);
+  };
+  const double without =
+      sim_time_of(flat_case(p, n) + ", no reduction cost", fn_name, p, timing_model(false), body);
+  const double with = sim_time_of(flat_case(p, n) + ", with a reduction cost", fn_name, p,
+                                  timing_model(true), body);
+  return without < 0 || with < 0 ? -1.0 : with - without;
+}
+
+TEST(ReduceNaive, SimTimeChargesTheReductions) {
+  const double n_gamma = 4096 * sizeof(float) / timing_model(true).reduce_Bps;
+  for (int p : {2, 3, 5, 9}) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
+    const int root = p / 2;
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      const double extra = extra_time_of_gamma(
+          "reduce_naive", p, [&](std::span<float> b) { collectives::reduce_naive(b, root, op); });
+      if (extra < 0) return;
+      EXPECT_GE(extra, 0.99 * n_gamma)
+          << "reduce_naive, world size " << p << ", root " << root
+          << ": a reduction cost of gamma = 1/" << timing_model(true).reduce_Bps
+          << " s/B made the call only " << extra * 1e6 << " us slower, less "
+          << "than one reduction of n = 16384 bytes (" << n_gamma * 1e6
+          << " us): combine the received "
+          << "buffers with dist::reduce_into, which charges the reduction to the simulated clock";
+    }
+  }
+}
+
+TEST(AllReduceNaive, SimTimeChargesTheReductions) {
+  const double n_gamma = 4096 * sizeof(float) / timing_model(true).reduce_Bps;
+  for (int p : {2, 3, 5, 9}) {
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg}) {
+      const double extra = extra_time_of_gamma(
+          "all_reduce_naive", p, [&](std::span<float> b) { collectives::all_reduce_naive(b, op); });
+      if (extra < 0) return;
+      EXPECT_GE(extra, 0.99 * n_gamma)
+          << "all_reduce_naive, world size " << p << ": a reduction cost of gamma = 1/"
+          << timing_model(true).reduce_Bps << " s/B made the call only " << extra * 1e6
+          << " us slower, less "
+          << "than one reduction of n = 16384 bytes (" << n_gamma * 1e6
+          << " us): combine the received "
+          << "buffers with dist::reduce_into, which charges the reduction to the simulated clock";
+    }
+  }
+}
+
 }  // namespace

@@ -13,6 +13,8 @@ Steps (each counts its checks):
   golden     reference outputs reproduce (./distlab golden --check)
   release    ./distlab release writes a repository without solutions and hidden tests
   selftest   the grader's own unittests (grader/selftest) on planted submissions
+  mutants    ./distlab mutants --fast: every instructor mutant (grader/mutants/) must lose points;
+             one check per mutant, and the mutation score in the summary
   lint       ruff (settings in ruff.toml) on grader/ and the distlab script; ruff is taken from
              PATH or installed with pip into build/tools/ruff, and the step is skipped, saying
              why, where neither works
@@ -38,7 +40,8 @@ from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
 from . import cxxformat, release
 
-STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "lint", "format"]
+STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "mutants",
+         "lint", "format"]
 RUFF = "ruff==0.17.6"   # installed by the lint step when no ruff is on PATH
 
 
@@ -48,6 +51,7 @@ class Tally:
         self.failed = 0
         self.failures: list[str] = []
         self.t0 = time.monotonic()
+        self.mutation_score: tuple[int, int] | None = None   # (caught, mutants) of the mutants step
 
     def check(self, ok: bool, what: str, detail: str = "") -> bool:
         if ok:
@@ -222,6 +226,7 @@ def step_release(t: Tally) -> None:
         return
     t.check(not (out / "solutions").exists(), "release: no solutions/")
     t.check(not (out / "grader" / "hidden").exists(), "release: no grader/hidden/ (hidden tests and items)")
+    t.check(not (out / "grader" / "mutants").exists(), "release: no grader/mutants/ (the instructor mutants)")
     released = out / "grader" / "manifest.toml"
     t.check(released.is_file() and released.read_bytes() == MANIFEST.read_bytes(),
             "release: grader/manifest.toml is the kit's, unchanged")
@@ -261,6 +266,24 @@ def step_selftest(t: Tally) -> None:
     print(f"    {ran}", flush=True)
     if r.returncode != 0:
         t.check(False, "selftest: unittest run succeeded", "\n".join(lines[-60:]))
+
+
+def step_mutants(t: Tally) -> None:
+    t.step("mutants: ./distlab mutants --fast (every instructor mutant must lose points)")
+    from . import mutants
+    t0 = time.monotonic()
+
+    def one(o: mutants.Outcome) -> None:
+        print(mutants.line(o), flush=True)
+        t.check(o.caught, f"mutants: {o.module}/{o.name} is caught",
+                o.problem or f"{o.mistake}\nit scored full marks: no test observes this mistake")
+
+    results = mutants.run_all([], fast=True, on_result=one)
+    rows = mutants.scores(results)
+    for name, caught, total in rows:
+        print(f"    {name}: {caught}/{total}", flush=True)
+    t.mutation_score = rows[-1][1:]
+    print(f"    {len(results)} mutants in {time.monotonic() - t0:.0f} s", flush=True)
 
 
 def _ruff() -> tuple[list[str], str]:
@@ -329,7 +352,7 @@ def main(a: argparse.Namespace) -> int:
     t = Tally()
     steps = {"build": step_build, "tsan": step_tsan, "nccl": step_nccl, "solutions": step_solutions,
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
-             "selftest": step_selftest, "lint": step_lint,
+             "selftest": step_selftest, "mutants": step_mutants, "lint": step_lint,
              "format": step_format}
     for name in STEPS:
         if name not in only:
@@ -343,6 +366,9 @@ def main(a: argparse.Namespace) -> int:
             t.check(False, f"step {name} crashed", traceback.format_exc())
     elapsed = time.monotonic() - t.t0
     print(f"\n== self-test finished in {elapsed / 60:.1f} min")
+    if t.mutation_score is not None:
+        caught, total = t.mutation_score
+        print(f"mutation score: {caught}/{total} mutants caught")
     if t.failures:
         print("failed checks:\n  " + "\n  ".join(t.failures[:50]))
     print(f"{t.passed} passed, {t.failed} failed", flush=True)

@@ -256,6 +256,26 @@ TEST(ParallelFor, IsAPoolOfAtMostNWorkersRunningInParallel) {
       << " threads: reuse the workers, do not start a thread per item";
 }
 
+TEST(ParallelFor, ReusesItsWorkersInsteadOfAThreadPerItem) {
+  // Thread ids are reused once a thread has been joined, so count threads by a thread_local
+  // mark instead: a thread that starts running items of this call has no mark yet.
+  static thread_local bool marked = false;
+  for (int call = 0; call < 2; ++call) {
+    std::atomic<int> fresh{0};
+    threads::parallel_for(300, 3, [&](std::size_t) {
+      if (!marked) {
+        marked = true;
+        ++fresh;
+      }
+    });
+    marked = false;  // in case items ran on this (the calling) thread
+    EXPECT_LE(fresh.load(), 3)
+        << "300 items on 3 workers ran on " << fresh.load()
+        << " different threads: start n_workers threads once and let each "
+           "take item after item, not a thread per item (or per wave of items)";
+  }
+}
+
 TEST(ParallelFor, ExceptionReachesCaller) {
   std::atomic<int> ran{0};
   try {
@@ -268,6 +288,47 @@ TEST(ParallelFor, ExceptionReachesCaller) {
     EXPECT_EQ(std::string(e.what()), "item 17 failed");
   }
   EXPECT_THROW(threads::parallel_for(3, 0, [](std::size_t) {}), std::invalid_argument);
+}
+
+TEST(PoolFailure, WorkersStopTakingItemsAfterOneThrows) {
+  // Item 0 throws at once; every other item takes 3 ms. After the failure each worker may finish
+  // the item it holds, but must not claim new ones, so far fewer than all 600 items start.
+  const std::size_t n = 600;
+  std::atomic<int> started{0};
+  try {
+    threads::parallel_for(n, 4, [&](std::size_t i) {
+      ++started;
+      if (i == 0) throw std::runtime_error("item 0 failed");
+      std::this_thread::sleep_for(3ms);
+    });
+    FAIL() << "the exception thrown by item 0 did not reach the caller";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "item 0 failed");
+  }
+  EXPECT_LT(started.load(), static_cast<int>(n / 2))
+      << started.load() << " of " << n
+      << " items started although item 0 threw first: after an item "
+      << "throws, the workers must stop taking new items (check a shared flag before claiming the "
+         "next)";
+}
+
+TEST(ParallelMap, RunsOnSeveralThreads) {
+  Probe probe;
+  std::vector<double> xs(6, 1.0);
+  const auto ys = threads::parallel_map(
+      xs,
+      [&](double x) {
+        probe.enter(0);
+        std::this_thread::sleep_for(50ms);
+        probe.leave();
+        return x + 1.0;
+      },
+      3);
+  EXPECT_EQ(ys, std::vector<double>(6, 2.0));
+  EXPECT_GE(probe.threads().size(), 2u)
+      << "6 items of 50 ms on 3 workers all ran on one thread: "
+         "parallel_map must use a pool of n_workers (parallel_for)";
+  EXPECT_LE(probe.threads().size(), 3u) << "more threads than n_workers";
 }
 
 TEST(ParallelMap, ResultsInInputOrder) {

@@ -27,7 +27,7 @@ using AllGatherFn = void (*)(std::span<const float>, std::span<float>);
 using ReduceScatterFn = void (*)(std::span<const float>, std::span<float>, ReduceOp);
 
 inline const std::vector<ReduceOp> kReduceOps = {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min,
-                                                 ReduceOp::Max};
+                                                 ReduceOp::Max, ReduceOp::Avg};
 inline const std::vector<ReduceOp> kAllReduceOps = {ReduceOp::Sum, ReduceOp::Product, ReduceOp::Min,
                                                     ReduceOp::Max, ReduceOp::Avg};
 constexpr float kSentinel = -12345.0f;
@@ -53,8 +53,24 @@ inline float input(ReduceOp op, int r, std::size_t i) {
 
 /// op over ranks 0..p-1 of input(op, r, i), computed in double (exact for these inputs).
 inline float reduced(ReduceOp op, int p, std::size_t i) {
-  const double acc =
-      distlab::testing::fold_ranks<double>(op, p, [&](int r) { return input(op, r, i); });
+  double acc = input(op, 0, i);
+  for (int r = 1; r < p; ++r) {
+    const double x = input(op, r, i);
+    switch (op) {
+      case ReduceOp::Product:
+        acc *= x;
+        break;
+      case ReduceOp::Min:
+        acc = std::min(acc, x);
+        break;
+      case ReduceOp::Max:
+        acc = std::max(acc, x);
+        break;
+      default:
+        acc += x;
+        break;
+    }
+  }
   if (op == ReduceOp::Avg) return static_cast<float>(acc) / static_cast<float>(p);
   return static_cast<float>(acc);
 }
@@ -142,162 +158,166 @@ inline std::string op_ctx(ReduceOp op, int root, int rep) {
 }
 
 // ---- values -----------------------------------------------------------------------------------
-// Each check runs its body on every case of the table world sizes x counts (one launch per case)
-// and stops at the first failing case, so a wrong algorithm gets one clear report.
-
-using CaseBody = std::function<void(int p, std::size_t n, distlab::testing::RankLog& log)>;
-
-inline void for_each_case(const std::string& name, const std::vector<int>& world_sizes,
-                          const std::vector<std::size_t>& counts, const CaseBody& body,
-                          const std::string& unit = "") {
-  for (int p : world_sizes) {
-    for (std::size_t n : counts) {
-      if (!run_case(case_name(p, n) + unit, name, p,
-                    [&](distlab::testing::RankLog& log) { body(p, n, log); })) {
-        return;
-      }
-    }
-  }
-}
-
-/// Rank r's block of m elements (gather family) and every rank's blocks in rank order.
-inline std::vector<float> block_of(int r, std::size_t m) {
-  std::vector<float> v(m);
-  for (std::size_t i = 0; i < m; ++i) v[i] = block_value(r, i);
-  return v;
-}
-inline std::vector<float> all_blocks(int p, std::size_t m) {
-  std::vector<float> v;
-  for (int r = 0; r < p; ++r) {
-    const auto b = block_of(r, m);
-    v.insert(v.end(), b.begin(), b.end());
-  }
-  return v;
-}
-
-/// Rank r's input (n elements from index `first`) and the reduction over ranks of the same range.
-inline std::vector<float> inputs_of(ReduceOp op, int r, std::size_t n, std::size_t first = 0) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = input(op, r, first + i);
-  return v;
-}
-inline std::vector<float> reduced_range(ReduceOp op, int p, std::size_t n, std::size_t first = 0) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = reduced(op, p, first + i);
-  return v;
-}
-
-inline std::string call_ctx(int root, int rep) {
-  return (root >= 0 ? "root " + std::to_string(root) + ", " : std::string()) + "call " +
-         std::to_string(rep + 1);
-}
 
 inline void check_broadcast_values(BroadcastFn fn, const std::string& name,
                                    const std::vector<int>& world_sizes,
                                    const std::vector<std::size_t>& counts, bool all_roots) {
-  for_each_case(name, world_sizes, counts,
-                [&](int p, std::size_t n, distlab::testing::RankLog& log) {
-                  const int me = dist::rank();
-                  for (int root : roots_for(p, all_roots)) {
-                    std::vector<float> want(n);
-                    for (std::size_t i = 0; i < n; ++i) want[i] = bcast_value(root, i);
-                    for (int rep = 0; rep < 2; ++rep) {
-                      std::vector<float> buf = me == root ? want : std::vector<float>(n, kSentinel);
-                      fn(buf, root);
-                      expect_values(log, call_ctx(root, rep), buf, want);
-                    }
-                  }
-                });
+  for (int p : world_sizes) {
+    for (std::size_t n : counts) {
+      const bool ok = run_case(case_name(p, n), name, p, [&](distlab::testing::RankLog& log) {
+        const int me = dist::rank();
+        for (int root : roots_for(p, all_roots)) {
+          std::vector<float> want(n);
+          for (std::size_t i = 0; i < n; ++i) want[i] = bcast_value(root, i);
+          for (int rep = 0; rep < 2; ++rep) {
+            std::vector<float> buf(n, kSentinel);
+            if (me == root) buf = want;
+            fn(buf, root);
+            expect_values(log, "root " + std::to_string(root) + ", call " + std::to_string(rep + 1),
+                          buf, want);
+          }
+        }
+      });
+      if (!ok) return;
+    }
+  }
 }
 
 inline void check_reduce_values(ReduceFn fn, const std::string& name,
                                 const std::vector<int>& world_sizes,
                                 const std::vector<std::size_t>& counts, bool all_roots) {
-  for_each_case(name, world_sizes, counts,
-                [&](int p, std::size_t n, distlab::testing::RankLog& log) {
-                  const int me = dist::rank();
-                  for (int root : roots_for(p, all_roots)) {
-                    for (ReduceOp op : kReduceOps) {
-                      const std::vector<float> want = reduced_range(op, p, n);
-                      for (int rep = 0; rep < 2; ++rep) {
-                        std::vector<float> buf = inputs_of(op, me, n);
-                        fn(buf, root, op);
-                        if (me == root) expect_values(log, op_ctx(op, root, rep), buf, want);
-                      }
-                    }
-                  }
-                });
+  for (int p : world_sizes) {
+    for (std::size_t n : counts) {
+      const bool ok = run_case(case_name(p, n), name, p, [&](distlab::testing::RankLog& log) {
+        const int me = dist::rank();
+        for (int root : roots_for(p, all_roots)) {
+          for (ReduceOp op : kReduceOps) {
+            std::vector<float> want(n);
+            for (std::size_t i = 0; i < n; ++i) want[i] = reduced(op, p, i);
+            for (int rep = 0; rep < 2; ++rep) {
+              std::vector<float> buf(n);
+              for (std::size_t i = 0; i < n; ++i) buf[i] = input(op, me, i);
+              fn(buf, root, op);
+              // Avg: sum / p on the root, however the division is written.
+              if (me == root)
+                expect_values(log, op_ctx(op, root, rep), buf, want,
+                              op == ReduceOp::Avg ? 1e-6 : 0.0);
+            }
+          }
+        }
+      });
+      if (!ok) return;
+    }
+  }
 }
 
 inline void check_all_reduce_values(AllReduceFn fn, const std::string& name,
                                     const std::vector<int>& world_sizes,
                                     const std::vector<std::size_t>& counts) {
-  for_each_case(
-      name, world_sizes, counts, [&](int p, std::size_t n, distlab::testing::RankLog& log) {
+  for (int p : world_sizes) {
+    for (std::size_t n : counts) {
+      const bool ok = run_case(case_name(p, n), name, p, [&](distlab::testing::RankLog& log) {
         const int me = dist::rank();
         for (ReduceOp op : kAllReduceOps) {
-          const std::vector<float> want = reduced_range(op, p, n);
+          std::vector<float> want(n);
+          for (std::size_t i = 0; i < n; ++i) want[i] = reduced(op, p, i);
           for (int rep = 0; rep < 2; ++rep) {
-            std::vector<float> buf = inputs_of(op, me, n);
+            std::vector<float> buf(n);
+            for (std::size_t i = 0; i < n; ++i) buf[i] = input(op, me, i);
             fn(buf, op);
             // Avg: sum / p, however the division is written (x / p or x * (1/p)).
             expect_values(log, op_ctx(op, -1, rep), buf, want, op == ReduceOp::Avg ? 1e-6 : 0.0);
           }
         }
       });
+      if (!ok) return;
+    }
+  }
 }
 
 inline void check_gather_values(GatherFn fn, const std::string& name,
                                 const std::vector<int>& world_sizes,
                                 const std::vector<std::size_t>& counts, bool all_roots) {
-  for_each_case(name, world_sizes, counts,
-                [&](int p, std::size_t m, distlab::testing::RankLog& log) {
-                  const int me = dist::rank();
-                  const std::vector<float> in = block_of(me, m), want = all_blocks(p, m);
-                  for (int root : roots_for(p, all_roots)) {
-                    for (int rep = 0; rep < 2; ++rep) {
-                      // Call 1: out is empty on ranks other than root (allowed); call 2: full size.
-                      std::vector<float> out(me == root || rep == 1 ? want.size() : 0, kSentinel);
-                      fn(in, out, root);
-                      if (me == root) expect_values(log, call_ctx(root, rep), out, want);
-                    }
-                  }
-                });
+  for (int p : world_sizes) {
+    for (std::size_t m : counts) {
+      const bool ok = run_case(case_name(p, m), name, p, [&](distlab::testing::RankLog& log) {
+        const int me = dist::rank();
+        std::vector<float> in(m);
+        for (std::size_t i = 0; i < m; ++i) in[i] = block_value(me, i);
+        std::vector<float> want(m * static_cast<std::size_t>(p));
+        for (int r = 0; r < p; ++r) {
+          for (std::size_t i = 0; i < m; ++i)
+            want[static_cast<std::size_t>(r) * m + i] = block_value(r, i);
+        }
+        for (int root : roots_for(p, all_roots)) {
+          for (int rep = 0; rep < 2; ++rep) {
+            // Call 1: out is empty on ranks other than root (allowed); call 2: full size.
+            std::vector<float> out(me == root || rep == 1 ? want.size() : 0, kSentinel);
+            fn(in, out, root);
+            if (me == root) {
+              expect_values(log,
+                            "root " + std::to_string(root) + ", call " + std::to_string(rep + 1),
+                            out, want);
+            }
+          }
+        }
+      });
+      if (!ok) return;
+    }
+  }
 }
 
 inline void check_all_gather_values(AllGatherFn fn, const std::string& name,
                                     const std::vector<int>& world_sizes,
                                     const std::vector<std::size_t>& counts) {
-  for_each_case(name, world_sizes, counts,
-                [&](int p, std::size_t m, distlab::testing::RankLog& log) {
-                  const std::vector<float> in = block_of(dist::rank(), m), want = all_blocks(p, m);
-                  for (int rep = 0; rep < 2; ++rep) {
-                    std::vector<float> out(want.size(), kSentinel);
-                    fn(in, out);
-                    expect_values(log, call_ctx(-1, rep), out, want);
-                  }
-                });
+  for (int p : world_sizes) {
+    for (std::size_t m : counts) {
+      const bool ok = run_case(case_name(p, m), name, p, [&](distlab::testing::RankLog& log) {
+        const int me = dist::rank();
+        std::vector<float> in(m);
+        for (std::size_t i = 0; i < m; ++i) in[i] = block_value(me, i);
+        std::vector<float> want(m * static_cast<std::size_t>(p));
+        for (int r = 0; r < p; ++r) {
+          for (std::size_t i = 0; i < m; ++i)
+            want[static_cast<std::size_t>(r) * m + i] = block_value(r, i);
+        }
+        for (int rep = 0; rep < 2; ++rep) {
+          std::vector<float> out(want.size(), kSentinel);
+          fn(in, out);
+          expect_values(log, "call " + std::to_string(rep + 1), out, want);
+        }
+      });
+      if (!ok) return;
+    }
+  }
 }
 
 /// counts: elements per rank's output chunk (the input has world_size times as many).
 inline void check_reduce_scatter_values(ReduceScatterFn fn, const std::string& name,
                                         const std::vector<int>& world_sizes,
                                         const std::vector<std::size_t>& counts) {
-  for_each_case(
-      name, world_sizes, counts,
-      [&](int p, std::size_t m, distlab::testing::RankLog& log) {
-        const int me = dist::rank();
-        for (ReduceOp op : kAllReduceOps) {
-          const std::vector<float> in = inputs_of(op, me, m * static_cast<std::size_t>(p));
-          const std::vector<float> want = reduced_range(op, p, m, static_cast<std::size_t>(me) * m);
-          for (int rep = 0; rep < 2; ++rep) {
-            std::vector<float> out(m, kSentinel);
-            fn(in, out, op);
-            expect_values(log, op_ctx(op, -1, rep), out, want, op == ReduceOp::Avg ? 1e-6 : 0.0);
-          }
-        }
-      },
-      " per rank");
+  for (int p : world_sizes) {
+    for (std::size_t m : counts) {
+      const bool ok =
+          run_case(case_name(p, m) + " per rank", name, p, [&](distlab::testing::RankLog& log) {
+            const int me = dist::rank();
+            const std::size_t total = m * static_cast<std::size_t>(p);
+            for (ReduceOp op : kAllReduceOps) {
+              std::vector<float> in(total), want(m);
+              for (std::size_t i = 0; i < total; ++i) in[i] = input(op, me, i);
+              for (std::size_t i = 0; i < m; ++i)
+                want[i] = reduced(op, p, static_cast<std::size_t>(me) * m + i);
+              for (int rep = 0; rep < 2; ++rep) {
+                std::vector<float> out(m, kSentinel);
+                fn(in, out, op);
+                expect_values(log, op_ctx(op, -1, rep), out, want,
+                              op == ReduceOp::Avg ? 1e-6 : 0.0);
+              }
+            }
+          });
+      if (!ok) return;
+    }
+  }
 }
 
 // ---- traffic ----------------------------------------------------------------------------------

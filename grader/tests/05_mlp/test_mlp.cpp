@@ -7,6 +7,9 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "datasets/npy.hpp"
 #include "datasets/random.hpp"
@@ -159,6 +162,20 @@ TEST(ReLU, ForwardAndBackward) {
   EXPECT_TRUE(elements_near(span_of(dx), span_of(fd), kFdRel, kFdAbs));
 }
 
+TEST(ReLU, BackwardIsZeroWhereTheInputIsZero) {
+  Matrix x(2, 3);
+  x << 0.0f, 1.5f, -2.0f, -0.0f, 0.0f, 3.0f;
+  const Matrix g = Matrix::Constant(2, 3, 0.7f);
+  Matrix dx;
+  mlp::relu_backward(x, g, dx);
+  ASSERT_EQ(dx.rows(), 2);
+  ASSERT_EQ(dx.cols(), 3);
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(dx.data()[i], x.data()[i] > 0.0f ? 0.7f : 0.0f)
+        << "element " << i << " (x = " << x.data()[i] << "): the gradient passes only where x > 0";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Softmax cross-entropy.
 
@@ -197,6 +214,24 @@ TEST(SoftmaxCrossEntropy, StableForLargeLogits) {
       << "the loss is not finite for large logits: exp overflowed; compute it so that no large "
          "number is ever exponentiated (README: Tasks, 3, log-sum-exp)";
   EXPECT_NEAR(loss, ce_closed_form(z, y), 1e-4);
+  mlp::softmax_cross_entropy_backward(probs, y, d);
+  EXPECT_TRUE(d.allFinite());
+}
+
+TEST(SoftmaxCrossEntropy, StableWhenTheLabelsLogitIsFarBelowTheMax) {
+  // The label's probability (e^-200, e^-110) underflows float: the loss must still be the closed
+  // form log(sum_j exp(z_j - m)) + m - z_label, not -log(probs[label]).
+  Matrix z(3, 4);
+  z << 50.0f, -150.0f, 0.0f, 10.0f, -80.0f, 30.0f, 29.0f, -1000.0f, -1e4f, 2e4f, 0.0f, -3e4f;
+  const mlp::Labels y = {1, 0, 3};
+  Matrix probs, d;
+  const float loss = mlp::softmax_cross_entropy_forward(z, y, probs);
+  const double want = ce_closed_form(z, y);
+  ASSERT_TRUE(std::isfinite(loss))
+      << "the loss overflowed: a label's probability can underflow to 0, "
+         "so do not take the log of the probability";
+  EXPECT_NEAR(loss, want, 1e-5 * want);
+  ASSERT_TRUE(probs.allFinite());
   mlp::softmax_cross_entropy_backward(probs, y, d);
   EXPECT_TRUE(d.allFinite());
 }
@@ -289,6 +324,56 @@ TEST_P(Golden, HooksFireLastLayerFirstWithFinalGradients) {
         span_of(seen[i]), span_of(golden_matrix(gc.name + "_grad" + std::to_string(i) + ".npy")),
         golden05::kRelTol, golden05::kAbsTol))
         << "gradient of layer " << i << " when its hook ran";
+  }
+}
+
+TEST(Hooks, EachHookRunsBeforeBackwardReachesTheEarlierLayers) {
+  // Observed from inside the hooks: when layer i's hook runs, layer i's gradient is final and the
+  // earlier layers' gradients are not computed yet (they still hold the NaNs put there before
+  // backward), so a data-parallel wrapper can start sending layer i while backward goes on.
+  mlp::Config c;
+  c.n_layers = 4;
+  c.dim_in = 6;
+  c.dim_hidden = 5;
+  c.n_classes = 3;
+  c.batch_size = 4;
+  c.train_size = 8;
+  c.test_size = 4;
+  for (mlp::Activation act : {mlp::Activation::Tanh, mlp::Activation::ReLU}) {
+    c.activation = act;
+    mlp::MLP model(c, 7);
+    const Matrix x = random_matrix(4, 6, 21);
+    const mlp::Labels y = {0, 2, 1, 2};
+    auto params = model.parameters();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (mlp::Parameter* p : params)
+      p->grad = Matrix::Constant(p->value.rows(), p->value.cols(), nan);
+    std::vector<int> order;
+    std::vector<std::string> problems;
+    for (int i = 0; i < model.n_layers(); ++i) {
+      params[static_cast<std::size_t>(i)]->add_hook([&, i](mlp::Parameter& p) {
+        order.push_back(i);
+        if (!p.grad.allFinite())
+          problems.push_back("layer " + std::to_string(i) + "'s own gradient was not computed");
+        for (int j = 0; j < i; ++j) {
+          if (!params[static_cast<std::size_t>(j)]->grad.array().isNaN().all()) {
+            problems.push_back("when layer " + std::to_string(i) + "'s hook ran, layer " +
+                               std::to_string(j) + "'s gradient was already computed");
+          }
+        }
+      });
+    }
+    Matrix probs, dlogits;
+    mlp::softmax_cross_entropy_forward(model.forward(x), y, probs);
+    mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+    model.backward(dlogits);
+    EXPECT_EQ(order, (std::vector<int>{3, 2, 1, 0})) << mlp::to_string(act);
+    for (const std::string& p : problems) {
+      ADD_FAILURE() << mlp::to_string(act) << ": " << p
+                    << ": run each layer's hooks right after its weight gradient, before going on "
+                       "to the earlier layers";
+    }
+    for (mlp::Parameter* p : params) EXPECT_TRUE(p->grad.allFinite()) << p->name;
   }
 }
 

@@ -2,6 +2,8 @@
 // check; MyDP's broadcast, buckets and overlap on the simulated clock.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "distlab/todo.hpp"
 #include "dp_harness.hpp"
 
@@ -83,6 +85,32 @@ TEST(CheckParameterCloseness, TrueForEqualReplicasFalseWhenOneRankIsPerturbed) {
       EXPECT_EQ(perturbed[static_cast<std::size_t>(r)], world > 1 ? 0 : 1)
           << "rank " << r << " of " << world
           << ": one rank perturbed; every rank must get the answer";
+    }
+  }
+}
+
+TEST(CheckParameterCloseness, ANaNIsNeverClose) {
+  // |x_r - x_0| <= rtol * max(|x_r|, |x_0|) is false when either value is NaN: a replica that
+  // diverged to NaN must not pass for an equal one, whichever rank holds the NaN.
+  for (int world : {2, 3}) {
+    for (int nan_rank = 0; nan_rank < world; ++nan_rank) {
+      std::mutex mu;
+      std::vector<int> answers(static_cast<std::size_t>(world), -1);
+      distlab::testing::run_ranks(world, [&] {
+        mlp::MLP model(dptest::small_config(), 11);
+        if (dist::rank() == nan_rank)
+          model.parameters()[0]->value(1, 2) = std::numeric_limits<float>::quiet_NaN();
+        const bool ok = dp::check_parameter_closeness(model, 1e-3f);
+        std::lock_guard<std::mutex> g(mu);
+        answers[static_cast<std::size_t>(dist::rank())] = ok;
+      });
+      for (int r = 0; r < world; ++r) {
+        EXPECT_EQ(answers[static_cast<std::size_t>(r)], 0)
+            << "rank " << r << " of " << world << ": rank " << nan_rank
+            << " holds a NaN, yet the replicas "
+            << "were reported close (every comparison with a NaN is false: which way round is your "
+               "test?)";
+      }
     }
   }
 }

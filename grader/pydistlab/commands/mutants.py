@@ -1,0 +1,210 @@
+"""`./distlab mutants [MODULE...]`: mutation-test the kit's own tests (instructors).
+
+grader/mutants/<module>/<mutant>/mutant.patch is one planted mistake in one owned file of the
+module: a first line `# MUTANT <name>: <the mistake>`, then a unified diff against the reference
+(`diff -u solutions/M/F.cpp mine.cpp`, paths `a/solutions/M/F.cpp`, `b/solutions/M/F.cpp`). A patch
+keeps a mutant one mistake away from the reference as the reference evolves: when a change to the
+reference touches the patched lines, the patch no longer applies and the mutant is reported
+broken, so it is rewritten rather than silently testing old code. Each mutant is applied to the
+reference and graded like a submission with the hidden tests on (the prerequisites are the
+reference). A mutant
+is caught when it loses points; it ESCAPES when it scores full marks, which means no test observes
+the behaviour it breaks. All mutants are graded in one workspace (build/grade/mutants/), so each
+one recompiles only its own file. Prints a line per mutant and the mutation score (caught / total)
+per module and overall; exits non-zero when a mutant escapes or is broken (does not compile, or is
+not a one-file change of the reference).
+
+--fast (the self-test's mode) stops grading a mutant at its first failing item: the items not yet
+started are not run, nor is the ThreadSanitizer build of a mutant already caught, so the line names
+the items that failed before it stopped, and the score (items not run count as lost) is a lower
+bound. Without --fast every item
+runs, and the line names every item that catches the mutant (what grader/mutants/README.md lists).
+
+grader/mutants/ is instructor material: `./distlab release` leaves it out.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import grade, manifest as mf
+from ..errors import DistlabError
+from ..paths import ROOT, is_release
+from ..results import Mode
+
+MUTANTS = ROOT / "grader" / "mutants"
+TREE = "mutants"       # build/grade/mutants: one workspace for every mutant
+HEADER = re.compile(r"^# MUTANT ([A-Za-z0-9_.-]+): (.+)$")
+PATCH = "mutant.patch"
+HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+
+
+def apply_patch(source: list[str], patch: list[str]) -> list[str]:
+    """source with a unified diff's hunks applied, strictly: every context and removed line must
+    match where the hunk says (no fuzz). Raises ValueError naming the first hunk that does not."""
+    out: list[str] = []
+    pos = 0   # lines of source consumed
+    i = 0
+    while i < len(patch):
+        m = HUNK.match(patch[i])
+        i += 1
+        if not m:
+            continue
+        start = int(m.group(1)) - (0 if m.group(2) == "0" else 1)
+        if start < pos:
+            raise ValueError(f"hunk {m.group(0)} overlaps the one before")
+        out.extend(source[pos:start])
+        pos = start
+        while i < len(patch) and not HUNK.match(patch[i]):
+            line = patch[i]
+            i += 1
+            tag, text = line[:1], line[1:]
+            if tag in (" ", "-"):
+                if pos >= len(source) or source[pos] != text:
+                    raise ValueError(f"hunk {m.group(0)}: line {pos + 1} is no longer {text.strip()!r}")
+                pos += 1
+                if tag == " ":
+                    out.append(text)
+            elif tag == "+":
+                out.append(text)
+            elif line.startswith("\\"):
+                continue
+    out.extend(source[pos:])
+    return out
+
+
+@dataclass
+class Outcome:
+    module: str
+    name: str
+    mistake: str = ""
+    score: float = 0.0
+    max_score: float = 0.0
+    caught_by: list[str] = field(default_factory=list)
+    problem: str = ""      # a broken mutant (not a one-file change, does not compile): why
+    seconds: float = 0.0
+    fast: bool = False     # graded with stop_early: caught_by is the items that failed first
+
+    @property
+    def caught(self) -> bool:
+        return not self.problem and bool(self.caught_by)
+
+
+def discover(modules: list[str]) -> list[tuple[str, Path]]:
+    """(module, mutant folder) for each mutant of the selected modules (all when none), in course
+    order, mutants by name."""
+    if not MUTANTS.is_dir():
+        raise DistlabError("there are no mutants here (grader/mutants/ is missing; a student "
+                           "repository does not have them)")
+    man = mf.load()
+    wanted = [m.name for m in man.select(modules)] if modules else man.order
+    out: list[tuple[str, Path]] = []
+    for name in wanted:
+        folder = MUTANTS / name
+        if folder.is_dir():
+            out.extend((name, d) for d in sorted(folder.iterdir()) if d.is_dir() and not d.name.startswith("."))
+    return out
+
+
+def _materialise(module: mf.Module, folder: Path, dest: Path) -> tuple[str, str]:
+    """Applies the mutant's patch to the reference, writing the owned file into dest.
+    Returns (the mistake named on the first line, "") or ("", why the mutant is broken)."""
+    files = [f for f in folder.rglob("*") if f.is_file()]
+    if [f.name for f in files] != [PATCH]:
+        return "", f"holds {', '.join(sorted(f.name for f in files)) or 'nothing'}; a mutant is one {PATCH}"
+    lines = (folder / PATCH).read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    m = HEADER.match(lines[0].rstrip("\n")) if lines else None
+    if not m or m.group(1) != folder.name:
+        return "", f"its first line must be `# MUTANT {folder.name}: <the planted mistake>`"
+    target = next((ln[6:].split("\t")[0].strip() for ln in lines if ln.startswith("+++ b/")), "")
+    prefix = f"solutions/{module.name}/"
+    owned = f"exercises/{module.name}/{target[len(prefix):]}"
+    if not target.startswith(prefix) or owned not in module.owned:
+        return "", f"the patch changes {target or 'no file'}, not a file that {module.name} owns"
+    reference = (ROOT / target).read_text(encoding="utf-8").splitlines(keepends=True)
+    try:
+        mutated = apply_patch(reference, lines[1:])
+    except ValueError as e:
+        return "", f"the patch no longer applies to {target} ({e}): rewrite the mutant"
+    if mutated == reference:
+        return "", "the patch changes nothing: no mistake planted"
+    (dest / Path(owned).name).write_text("".join(mutated), encoding="utf-8")
+    return m.group(2), ""
+
+
+def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = False) -> Outcome:
+    t0 = time.monotonic()
+    out = Outcome(module.name, folder.name, fast=fast)
+    with tempfile.TemporaryDirectory(prefix=f"distlab-mutant-{folder.name}-") as tmp:
+        out.mistake, out.problem = _materialise(module, folder, Path(tmp))
+        if out.problem:
+            return out
+        run = grade.grade([module.name], Mode.SUBMISSION, Path(tmp), hidden=True, jobs=jobs, quiet=True,
+                          tree_prefix=TREE, stop_early=fast)
+    res = run.modules[0]
+    out.max_score = res.max_score
+    out.seconds = time.monotonic() - t0
+    if res.status != "graded":
+        out.problem = f"{res.status}: {res.message.splitlines()[0] if res.message else ''}"
+        return out
+    out.score = res.score
+    out.caught_by = [r.item.name for r in res.items if not r.passed and r.reason != grade.NOT_RUN]
+    return out
+
+
+def run_all(modules: list[str], jobs: int = 0, fast: bool = False,
+            on_result: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    man = mf.load()
+    results: list[Outcome] = []
+    for name, folder in discover(modules):
+        o = grade_mutant(man.modules[name], folder, jobs, fast)
+        results.append(o)
+        if on_result:
+            on_result(o)
+    return results
+
+
+def line(o: Outcome) -> str:
+    if o.problem:
+        verdict, detail = "BROKEN ", o.problem
+    elif o.caught:
+        verdict, detail = "caught ", ("first by " if o.fast else "by ") + ", ".join(o.caught_by)
+    else:
+        verdict, detail = "ESCAPED", "full marks: no test observes this mistake"
+    score = (">=" if o.fast and o.caught else "") + (f"{o.score:g}/{o.max_score:g}" if o.max_score else "-")
+    return f"  {verdict} {o.module}/{o.name:<36} {score:>7} {o.seconds:5.0f} s  {detail}"
+
+
+def scores(results: list[Outcome]) -> list[tuple[str, int, int]]:
+    """(module, caught, total) per module in order, then ("overall", caught, total)."""
+    rows: list[tuple[str, int, int]] = []
+    for m in dict.fromkeys(o.module for o in results):
+        mine = [o for o in results if o.module == m]
+        rows.append((m, sum(o.caught for o in mine), len(mine)))
+    rows.append(("overall", sum(o.caught for o in results), len(results)))
+    return rows
+
+
+def main(a: argparse.Namespace) -> int:
+    if is_release():
+        raise DistlabError("./distlab mutants is an instructor command: it needs solutions/ and "
+                           "grader/mutants/, which a student repository does not have")
+    t0 = time.monotonic()
+    found = discover(a.modules)
+    if not found:
+        raise DistlabError("no mutants under grader/mutants/ for " + (", ".join(a.modules) or "any module"))
+    print(f"grading {len(found)} mutants with the hidden tests (workspace build/grade/{TREE}/"
+          + (", --fast: each stops at its first failing item" if a.fast else "") + ")", flush=True)
+    results = run_all(a.modules, a.jobs, a.fast, on_result=lambda o: print(line(o), flush=True))
+    print("\nmutation score (caught / mutants):")
+    for name, caught, total in scores(results):
+        print(f"  {name:<18} {caught}/{total}" + (f"  ({100.0 * caught / total:.0f}%)" if total else ""))
+    bad = [o for o in results if not o.caught]
+    print(f"\n{len(results)} mutants graded in {time.monotonic() - t0:.0f} s"
+          + (f"; {len(bad)} not caught: " + ", ".join(f"{o.module}/{o.name}" for o in bad) if bad else ""))
+    return 1 if bad else 0
