@@ -16,6 +16,7 @@
 
 #include "datasets/loader.hpp"
 #include "distlab/timing.hpp"
+#include "distlab/program.hpp"
 #include "distlab/todo.hpp"
 #include "mlp.hpp"
 
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   c.activation = activation == "relu" ? mlp::Activation::ReLU : mlp::Activation::Tanh;
 
-  try {
+  return distlab::run_main([&]() -> int {
     c.validate();
     if (bench_steps > 0) return bench(c, bench_steps);
     std::printf("%s\n", mlp::describe(c).c_str());
@@ -90,12 +91,6 @@ int main(int argc, char** argv) {
                   l.step == 0 ? " (step 0 alone: a cold step)" : "");
       std::fflush(stdout);
     });
-  } catch (const distlab::NotImplemented& e) {
-    std::printf("(not implemented yet) %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -21,6 +21,7 @@
 
 #include "datasets/loader.hpp"
 #include "distlab/cli.hpp"
+#include "distlab/program.hpp"
 #include "distlab/todo.hpp"
 #include "train.hpp"
 
@@ -140,7 +141,7 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv_path, "with --sweep: also write the table to this CSV file");
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return distlab::run_main([&]() -> int {
     dist::LaunchOptions launch = launch_flags->resolve();
     if (stages > 0) launch.world_size = stages;
     if (const char* job = std::getenv("OMPI_COMM_WORLD_SIZE"))
@@ -223,16 +224,6 @@ int main(int argc, char** argv) {
       pp::add_memory_counters(trace, memory);
       std::printf("\ntrace of the simulated step written to %s\n", trace.c_str());
     }
-  } catch (const distlab::NotImplemented& e) {
-    std::printf("(not implemented yet) %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    if (std::string(e.what()).find("not implemented") != std::string::npos) {
-      std::printf("(not implemented yet) %s\n", e.what());
-    } else {
-      std::fprintf(stderr, "error: %s\n", e.what());
-    }
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -77,6 +77,16 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
     known = cmake.targets(build_dir)
     present = [n for n in names if f"module_{n}" in known]
     failed: set[str] = set()
+
+    def not_built(res: ModuleResult, why: str) -> None:
+        """A module that did not build: not gradable (plain build) or a note (ThreadSanitizer)."""
+        failed.add(res.module.name)
+        if label:
+            res.notes.append(f"did not build under ThreadSanitizer: {why}")
+        else:
+            res.status = "not gradable"
+            res.message = why
+
     untrusted_errors: dict[str, str] = {}
     trusted: list[str] | None = None
     untrusted_objects: list[str] = []
@@ -165,12 +175,7 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
             continue
         blockers = [p for p in man.prerequisites_closure(n) if p in failed]
         if n in untrusted_errors:
-            failed.add(n)
-            if label:
-                res.notes.append(f"did not build under ThreadSanitizer:\n{untrusted_errors[n]}")
-            else:
-                res.status = "not gradable"
-                res.message = f"does not compile; the first errors:\n{untrusted_errors[n]}"
+            not_built(res, f"does not compile; the first errors:\n{untrusted_errors[n]}")
             continue
         if mode is Mode.STUDENT and blockers and not label:
             res.status = "blocked"
@@ -179,12 +184,7 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
             failed.add(n)
             continue
         if blockers and guard is not None and guard.status.isolated:
-            failed.add(n)
-            if label:
-                res.notes.append(f"did not build under ThreadSanitizer: {', '.join(blockers)} does not compile")
-            else:
-                res.status = "not gradable"
-                res.message = f"builds on {', '.join(blockers)}, which does not compile"
+            not_built(res, f"builds on {', '.join(blockers)}, which does not compile")
             continue
         if bulk.ok:   # every module target is built: nothing to attribute
             built.append(n)

@@ -20,6 +20,7 @@
 #include "ddp.hpp"
 #include "distlab/cli.hpp"
 #include "dist/eigen.hpp"
+#include "distlab/program.hpp"
 #include "distlab/todo.hpp"
 
 namespace {
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", c.log_every, "steps between log lines")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return distlab::run_main([&]() -> int {
     dist::LaunchOptions launch = launch_flags->resolve();
     const std::string trace = launch.trace_path;
     launch.trace_path.clear();  // the trace covers the simulated steps only
@@ -146,16 +147,6 @@ int main(int argc, char** argv) {
           static_cast<unsigned long long>(s.builtin_collectives));
     }
     if (!trace.empty()) std::printf("\ntrace of the MyDP steps written to %s\n", trace.c_str());
-  } catch (const distlab::NotImplemented& e) {
-    std::printf("(not implemented yet) %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    if (std::string(e.what()).find("not implemented") != std::string::npos) {
-      std::printf("(not implemented yet) %s\n", e.what());
-    } else {
-      std::fprintf(stderr, "error: %s\n", e.what());
-    }
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <string>
 
 #include "distlab/todo.hpp"
 
@@ -22,6 +23,24 @@ inline void section(const char* title, const std::function<void()>& body) {
     std::printf("  error: %s\n", e.what());
   }
   std::fflush(stdout);
+}
+
+/// A module program's main: runs body and returns its exit status. What escapes it is printed
+/// and gives status 1: "(not implemented yet) ..." for a stub not written yet (also when the error
+/// came back from another rank as text), "error: ..." on stderr for anything else.
+inline int run_main(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const NotImplemented& e) {
+    std::printf("(not implemented yet) %s\n", e.what());
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).find("not implemented") != std::string::npos) {
+      std::printf("(not implemented yet) %s\n", e.what());
+    } else {
+      std::fprintf(stderr, "error: %s\n", e.what());
+    }
+  }
+  return 1;
 }
 
 }  // namespace distlab
