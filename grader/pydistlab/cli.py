@@ -3,6 +3,7 @@ commands/<command>.py, or the grading module itself (golden) or stubs.py (sync, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -221,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DistlabError as e:
         print(f"distlab {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`./distlab hint ... | head`): stop quietly, like other commands do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
