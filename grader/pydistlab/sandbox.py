@@ -187,6 +187,14 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     i, n = 0, len(text)
     in_block = False
     quote = ""
+
+    def end_line() -> None:
+        nonlocal cur, line_no, start
+        out.append((start, "".join(cur)))
+        cur = []
+        line_no += 1
+        start = line_no
+
     while i < n:
         c = text[i]
         if c == "\\" and i + 1 < n and text[i + 1] == "\n":
@@ -212,10 +220,7 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
             if c == quote or c == "\n":
                 quote = ""
             if c == "\n":
-                out.append((start, "".join(cur)))
-                cur = []
-                line_no += 1
-                start = line_no
+                end_line()
             i += 1
             continue
         if text.startswith("//", i):
@@ -232,10 +237,7 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
         if c in "\"'":
             quote = c
         if c == "\n":
-            out.append((start, "".join(cur)))
-            cur = []
-            line_no += 1
-            start = line_no
+            end_line()
             i += 1
             continue
         cur.append(c)
