@@ -19,16 +19,19 @@ function(distlab_module name)
   endif()
 endfunction()
 
-# distlab_module_tests(NAME TARGET exe SOURCES file... [LABELS label...])
+# distlab_module_tests(NAME TARGET exe SOURCES file... [LIBS target...] [INCLUDES dir...]
+#                      [LABELS label...])
 #   In grader/tests/<NAME>/ or grader/hidden/<NAME>/: a GoogleTest executable linked to the
-#   module's library, added to module_<NAME> and registered with CTest (label: module).
+#   module's library (and LIBS), added to module_<NAME> and registered with CTest (label: module).
+#   INCLUDES: folders of shared test headers (a hidden test names its public tests' folder).
 #   Does nothing when the module is not part of this tree.
 function(distlab_module_tests name)
-  cmake_parse_arguments(T "" "TARGET" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "TARGET" "SOURCES;LIBS;INCLUDES;LABELS" ${ARGN})
   if(NOT TARGET distlab_${name})
     return()
   endif()
   add_executable(${T_TARGET} ${T_SOURCES})
+  target_include_directories(${T_TARGET} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${T_INCLUDES})
   target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing ${T_LIBS}
                         GTest::gtest_main distlab_options)
   add_dependencies(module_${name} ${T_TARGET})
@@ -36,21 +39,21 @@ function(distlab_module_tests name)
                        PROPERTIES LABELS "module;${T_LABELS}" TIMEOUT 120)
 endfunction()
 
-# distlab_module_mpi_tests(NAME TARGET exe SOURCES file... NP n...)
+# distlab_module_mpi_tests(NAME TARGET exe SOURCES file... [LIBS target...] NP n...)
 #   The value checks of a module on real processes: a GoogleTest executable run under
 #   `mpirun -np <n>` for each n (CTest label mpi; ./distlab test runs them on the reference).
 #   Not part of module_<NAME>: the grader grades on the threads backend. Does nothing without
 #   the Open MPI backend or when the module is not part of this tree.
 function(distlab_module_mpi_tests name)
-  cmake_parse_arguments(T "" "TARGET" "SOURCES;NP" ${ARGN})
+  cmake_parse_arguments(T "" "TARGET" "SOURCES;LIBS;NP" ${ARGN})
   if(NOT TARGET distlab_${name} OR NOT DISTLAB_HAVE_MPI)
     return()
   endif()
   find_package(MPI COMPONENTS CXX REQUIRED)  # MPIEXEC_EXECUTABLE, MPIEXEC_NUMPROC_FLAG
   add_executable(${T_TARGET} ${T_SOURCES})
   target_include_directories(${T_TARGET} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-  target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing GTest::gtest_main
-                        distlab_options)
+  target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing ${T_LIBS}
+                        GTest::gtest_main distlab_options)
   foreach(np IN LISTS T_NP)
     add_test(NAME ${name}_mpi_np${np}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe

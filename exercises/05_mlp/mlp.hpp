@@ -209,6 +209,28 @@ struct LogLine {
   double step_ms;    // median wall time of one step since the previous log line
 };
 
+/// The bookkeeping of a training log, for train() and every program that trains this model
+/// another way: add() each step's loss and wall time; at a log step (every log_every steps, and
+/// the last) due() is true, and write() records a LogLine (printing it through `out`) and starts
+/// the next window. A rank that does not log calls skip() there instead.
+class TrainingLog {
+ public:
+  TrainingLog(const Config& config, std::function<void(const LogLine&)> out);
+  void add(double loss, double step_ms);
+  bool due(int step) const;
+  double mean_loss() const;  // of the steps added since the last log step
+  void write(int step, double train_loss, float test_loss);
+  void skip();
+  std::vector<LogLine> lines() const { return lines_; }
+
+ private:
+  int log_every_, niters_;
+  std::function<void(const LogLine&)> out_;
+  std::vector<LogLine> lines_;
+  std::vector<double> times_;
+  double loss_sum_ = 0.0;
+};
+
 /// The whole run of a config: prints (when `out` is set) every log_every steps
 /// "step N | train_loss X | test_loss Y | step time Z ms" and returns those lines.
 std::vector<LogLine> train(const Config& config, std::function<void(const LogLine&)> out = {});

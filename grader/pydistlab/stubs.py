@@ -209,6 +209,21 @@ class Drift:
     def empty(self) -> bool:
         return not (self.changed or self.missing or self.extra)
 
+    def print_files(self, *, missing: str, changed: str, extra: str, max_diff_lines: int = 0) -> None:
+        """One line per file that differs, each kind under its own word; with max_diff_lines, the
+        start of each changed file's diff below its line."""
+        for relpath in self.missing:
+            print(f"  {missing:<8} exercises/{relpath}")
+        for relpath in self.changed:
+            print(f"  {changed:<8} exercises/{relpath}")
+            diff = self.diffs.get(relpath, [])[2:]
+            for line in diff[:max_diff_lines]:
+                print(f"           {line}")
+            if max_diff_lines and len(diff) > max_diff_lines:
+                print(f"           ... ({len(diff) - max_diff_lines} more diff lines)")
+        for relpath in self.extra:
+            print(f"  {extra:<8} exercises/{relpath} (not in solutions/)")
+
 
 def compare(wanted: dict[Path, bytes], exercises: Path = EXERCISES) -> Drift:
     drift = Drift()
@@ -248,12 +263,7 @@ def sync(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES, verbose: bool
             if p != exercises and not any(p.iterdir()):
                 p.rmdir()
     if verbose:
-        for relpath in drift.missing:
-            print(f"  added    exercises/{relpath}")
-        for relpath in drift.changed:
-            print(f"  updated  exercises/{relpath}")
-        for relpath in drift.extra:
-            print(f"  removed  exercises/{relpath} (not in solutions/)")
+        drift.print_files(missing="added", changed="updated", extra="removed")
         n = len(wanted)
         todo = sum(1 for p, d in wanted.items() if p.suffix in CXX_EXTENSIONS and b"DISTLAB_TODO(" in d)
         if drift.empty():
@@ -274,17 +284,7 @@ def check(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES, max_diff_lin
         return 0
     print("exercises/ drifted from solutions/ (exercises/ is generated: run ./distlab sync, "
           "and edit solutions/ instead):")
-    for relpath in drift.missing:
-        print(f"  missing  exercises/{relpath}")
-    for relpath in drift.extra:
-        print(f"  extra    exercises/{relpath} (no solutions/{relpath})")
-    for relpath in drift.changed:
-        print(f"  differs  exercises/{relpath}")
-        diff = drift.diffs.get(relpath, [])
-        for line in diff[2:2 + max_diff_lines]:
-            print(f"           {line}")
-        if len(diff) > 2 + max_diff_lines:
-            print(f"           ... ({len(diff) - 2 - max_diff_lines} more diff lines)")
+    drift.print_files(missing="missing", changed="differs", extra="extra", max_diff_lines=max_diff_lines)
     print(f"{len(drift.missing)} missing, {len(drift.extra)} extra, {len(drift.changed)} differ")
     return 1
 

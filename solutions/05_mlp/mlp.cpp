@@ -7,6 +7,7 @@
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "datasets/loader.hpp"
 #include "datasets/random.hpp"
@@ -353,6 +354,32 @@ float evaluate_loss(MLP& model, const datasets::Dataset& data, int chunk) {
   return data.size() ? static_cast<float>(total / static_cast<double>(data.size())) : 0.0f;
 }
 
+TrainingLog::TrainingLog(const Config& config, std::function<void(const LogLine&)> out)
+    : log_every_(config.log_every), niters_(config.niters), out_(std::move(out)) {}
+
+void TrainingLog::add(double loss, double step_ms) {
+  loss_sum_ += loss;
+  times_.push_back(step_ms);
+}
+
+bool TrainingLog::due(int step) const { return step % log_every_ == 0 || step == niters_ - 1; }
+
+double TrainingLog::mean_loss() const {
+  return times_.empty() ? 0.0 : loss_sum_ / static_cast<double>(times_.size());
+}
+
+void TrainingLog::write(int step, double train_loss, float test_loss) {
+  const LogLine line{step, static_cast<float>(train_loss), test_loss, distlab::median(times_)};
+  if (out_) out_(line);
+  lines_.push_back(line);
+  skip();
+}
+
+void TrainingLog::skip() {
+  times_.clear();
+  loss_sum_ = 0.0;
+}
+
 std::vector<LogLine> train(const Config& c, std::function<void(const LogLine&)> out) {
   c.validate();
   Eigen::setNbThreads(1);
@@ -362,28 +389,15 @@ std::vector<LogLine> train(const Config& c, std::function<void(const LogLine&)> 
   const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
   Matrix x, probs, dlogits;
   Labels y;
-  std::vector<LogLine> log;
-  std::vector<double> times;
-  double loss_sum = 0.0;
-  int loss_count = 0;
+  TrainingLog log(c, std::move(out));
   for (int step = 0; step < c.niters; ++step) {
     loader.load(step, x, y);
     distlab::Stopwatch sw;
     const float loss = train_step(model, opt, x, y, probs, dlogits);
-    times.push_back(sw.elapsed_ms());
-    loss_sum += loss;
-    ++loss_count;
-    if (step % c.log_every == 0 || step == c.niters - 1) {
-      LogLine line{step, static_cast<float>(loss_sum / loss_count), evaluate_loss(model, data.test),
-                   distlab::median(times)};
-      if (out) out(line);
-      log.push_back(line);
-      times.clear();
-      loss_sum = 0.0;
-      loss_count = 0;
-    }
+    log.add(loss, sw.elapsed_ms());
+    if (log.due(step)) log.write(step, log.mean_loss(), evaluate_loss(model, data.test));
   }
-  return log;
+  return log.lines();
 }
 
 }  // namespace mlp

@@ -120,28 +120,20 @@ std::vector<mlp::LogLine> train_data_parallel(const mlp::Config& c, const datase
   const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
   mlp::Matrix x, probs, dlogits;
   mlp::Labels y;
-  std::vector<mlp::LogLine> log;
-  std::vector<double> times;
-  double loss_sum = 0;
-  int loss_count = 0;
+  mlp::TrainingLog log(c, out);
   for (int step = 0; step < c.niters; ++step) {
     loader.load(global_batch_index(step, rank, world), x, y);
     distlab::Stopwatch sw;
-    loss_sum += dp_step(wrapper.sync(), model, opt, x, y, probs, dlogits, compute.get());
-    times.push_back(sw.elapsed_ms());
-    ++loss_count;
-    if (step % c.log_every == 0 || step == c.niters - 1) {
-      double mean = loss_sum / loss_count;
+    const double loss = dp_step(wrapper.sync(), model, opt, x, y, probs, dlogits, compute.get());
+    log.add(loss, sw.elapsed_ms());
+    if (log.due(step)) {
+      double mean = log.mean_loss();
       dist::all_reduce(std::span<double>(&mean, 1), dist::ReduceOp::Avg);
       if (rank == 0) {
-        mlp::LogLine line{step, static_cast<float>(mean), mlp::evaluate_loss(model, data.test),
-                          distlab::median(times)};
-        if (out) out(line);
-        log.push_back(line);
+        log.write(step, mean, mlp::evaluate_loss(model, data.test));
+      } else {
+        log.skip();
       }
-      times.clear();
-      loss_sum = 0;
-      loss_count = 0;
     }
   }
   if (trained) {  // values only: the hooks stay with (and leave with) this rank's model
@@ -149,7 +141,7 @@ std::vector<mlp::LogLine> train_data_parallel(const mlp::Config& c, const datase
     const auto dst = trained->parameters();
     for (std::size_t i = 0; i < src.size() && i < dst.size(); ++i) dst[i]->value = src[i]->value;
   }
-  return log;
+  return log.lines();
 }
 
 }  // namespace dp

@@ -101,35 +101,27 @@ std::vector<mlp::LogLine> train_pipeline(const PipelineConfig& c, const datasets
   if (rank == 0) whole = std::make_unique<mlp::MLP>(mc, mc.seed + 2);
   Matrix x;
   Labels y;
-  std::vector<mlp::LogLine> log;
-  std::vector<double> times;
-  double loss_sum = 0;
-  int loss_count = 0;
+  mlp::TrainingLog log(mc, out);
   for (int step = 0; step < mc.niters; ++step) {
     loader.load(step, x, y);
     const Batch batch{x, y, c.microbatches};
     distlab::Stopwatch sw;
-    loss_sum += train_step(stage, opt, batch, c.schedule);
-    times.push_back(sw.elapsed_ms());
-    ++loss_count;
-    if (step % mc.log_every == 0 || step == mc.niters - 1) {
-      double mean = loss_sum / loss_count;
+    const double loss = train_step(stage, opt, batch, c.schedule);
+    log.add(loss, sw.elapsed_ms());
+    if (log.due(step)) {
+      double mean = log.mean_loss();
       if (p > 1 && stage.is_last())
         dist::send(std::span<const double>(&mean, 1), 0, kGatherTag + 1);
       if (p > 1 && rank == 0) dist::recv(std::span<double>(&mean, 1), p - 1, kGatherTag + 1);
       gather_weights(stage, whole.get());
       if (rank == 0) {
-        mlp::LogLine line{step, static_cast<float>(mean), mlp::evaluate_loss(*whole, data.test),
-                          distlab::median(times)};
-        if (out) out(line);
-        log.push_back(line);
+        log.write(step, mean, mlp::evaluate_loss(*whole, data.test));
+      } else {
+        log.skip();
       }
-      times.clear();
-      loss_sum = 0;
-      loss_count = 0;
     }
   }
-  return log;
+  return log.lines();
 }
 
 std::string render_timeline(const std::vector<std::vector<Stage::Span>>& spans, int columns) {
