@@ -261,6 +261,7 @@ def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
             if stop_early and not oc.passed:
                 for other in futs:
                     other.cancel()
+    sandbox.close_agents()   # the workers' sandboxes end with the run (see sandbox.Agent)
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -18,6 +19,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from . import sandbox
 
@@ -177,6 +179,63 @@ def _headline(failures: list[str], output: str) -> str:
     return "test failed"
 
 
+class _Process:
+    """A started test process: its output pipe (read end), wait and kill."""
+    stdout: BinaryIO
+
+    def wait(self, timeout_s: float | None) -> int | None:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+
+class _Popen(_Process):
+    """A test in a process (and, with bubblewrap, a sandbox) of its own."""
+
+    def __init__(self, cmd: list[str], cwd: Path, env: dict[str, str], write_fd: int) -> None:
+        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     start_new_session=True, pass_fds=(write_fd,))
+        assert self.proc.stdout is not None
+        self.stdout = self.proc.stdout
+
+    def wait(self, timeout_s: float | None) -> int | None:
+        return self.proc.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        _kill_group(self.proc.pid)
+
+
+class _InAgent(_Process):
+    """A test started by its worker's long-lived sandbox (sandbox.Agent)."""
+
+    def __init__(self, agent: sandbox.Agent, argv: list[str], env: dict[str, str], cwd: Path,
+                 write_fd: int, rlimits: list[tuple[str, int]], uid: int) -> None:
+        self.agent = agent
+        self.rc: int | None = None
+        out_r, out_w = os.pipe()
+        argv = [shutil.which(argv[0]) or argv[0], *argv[1:]]
+        try:
+            agent.start(argv, env, cwd, out_w, write_fd, rlimits, uid)
+        except OSError:
+            agent.kill()
+            self.rc = -signal.SIGKILL
+        finally:
+            os.close(out_w)
+        self.stdout = os.fdopen(out_r, "rb", buffering=0)
+
+    def wait(self, timeout_s: float | None) -> int | None:
+        if self.rc is None:
+            self.rc = self.agent.wait(timeout_s if timeout_s is not None else 60.0)
+        return self.rc
+
+    def kill(self) -> None:
+        if self.rc is None:   # still running (a timeout or a flood): end its whole sandbox
+            self.agent.kill()
+            self.rc = -signal.SIGKILL
+
+
 def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
              env: dict[str, str] | None = None, strip_prefix: str = "",
              jail: sandbox.TestJail | None = None) -> Outcome:
@@ -188,37 +247,39 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
     read_fd, write_fd = os.pipe()
     cmd = [str(binary), f"--gtest_filter={gtest_filter}", f"--gtest_output=xml:/dev/fd/{write_fd}",
            "--gtest_color=no", "--gtest_brief=0"]
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    agent = jail.agent(binary, cwd) if jail is not None else None
     if jail is not None:
-        cmd = jail.command(cmd, binary, cwd)
         uid = jail.uid(binary)
         if uid is not None:   # gtest reopens /dev/fd/N: the pipe must belong to the test's uid
             os.fchown(write_fd, uid, uid)
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    try:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, pass_fds=(write_fd,))
-    except OSError as e:
-        os.close(read_fd)
-        os.close(write_fd)
-        return Outcome(False, f"could not start {binary.name}: {e}", "", 0.0)
+    if agent is not None and jail is not None:
+        proc: _Process = _InAgent(agent, [*jail.drop(binary), *cmd], full_env, cwd, write_fd,
+                                  jail.rlimits(), jail.uid(binary) or 0)
+    else:
+        try:
+            proc = _Popen(jail.command(cmd, binary, cwd) if jail is not None else cmd, cwd,
+                          full_env, write_fd)
+        except OSError as e:
+            os.close(read_fd)
+            os.close(write_fd)
+            return Outcome(False, f"could not start {binary.name}: {e}", "", 0.0)
     os.close(write_fd)
     report = _Report(read_fd)
     report.start()
-    cap = _Capture(proc.stdout, lambda: _kill_group(proc.pid))
+    cap = _Capture(proc.stdout, proc.kill)
     cap.start()
     timed_out = False
     try:
-        proc.wait(timeout=timeout_s)
+        rc = proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-    _kill_group(proc.pid)  # the test, and anything it started
-    proc.wait()
+    proc.kill()  # the test, and anything it started
+    rc = proc.wait(None)
     cap.join(timeout=5)
     report.join(timeout=5)
-    if proc.stdout:
-        proc.stdout.close()
+    proc.stdout.close()
     seconds = time.monotonic() - t0
     output = cap.text()
     if strip_prefix:
@@ -226,8 +287,7 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
     parsed = None if (timed_out or cap.flooded or report.is_alive()) else _parse_xml(bytes(report.data),
                                                                                       gtest_filter)
 
-    rc = proc.returncode
-    if jail is not None and jail.status.isolated and rc is not None and rc > 128:
+    if agent is None and jail is not None and jail.status.isolated and rc is not None and rc > 128:
         rc = -(rc - 128)   # bwrap exits with 128 + the signal that ended the test
     limits = jail.limits if jail is not None else None
     network_off = jail is not None and jail.status.isolated

@@ -23,12 +23,15 @@ happen under this module's rules:
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -416,24 +419,37 @@ class TestJail:
         As root: bwrap starts as root (it can reach the kit wherever it lies) and setpriv drops
         the test to the worker's own uid, so the process limit (counted per uid) applies.
         Otherwise: bwrap as this user, in a user namespace of its own."""
-        lim = self.limits
-        pre = ["prlimit", "--core=0"]
-        if lim.memory_mb:
-            pre.append(f"--as={lim.memory_mb * 1024 * 1024}")
-        if lim.processes:
-            pre.append(f"--nproc={self.nproc_limit()}")
-        if lim.file_size_mb:
-            pre.append(f"--fsize={lim.file_size_mb * 1024 * 1024}")
-        if lim.cpu_s:
-            pre.append(f"--cpu={lim.cpu_s}")
+        pre = ["prlimit", "--core=0", *(f"--{name}={value}" for name, value in self.rlimits())]
         if not shutil.which("prlimit"):
             pre = []   # not Linux: no limits but the time limit
-        uid = self.uid(binary)
-        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all", "--"] if uid is not None else []
+        drop = self.drop(binary)
         if not self.status.isolated:
             return pre + drop + cmd
-        if uid is not None:
+        return pre + self.view(binary, cwd, root=self.uid(binary) is not None) + drop + cmd
+
+    def rlimits(self) -> list[tuple[str, int]]:
+        """The limits as prlimit names them (core files are always off)."""
+        lim = self.limits
+        out = []
+        if lim.memory_mb:
+            out.append(("as", lim.memory_mb * 1024 * 1024))
+        if lim.processes:
+            out.append(("nproc", self.nproc_limit()))
+        if lim.file_size_mb:
+            out.append(("fsize", lim.file_size_mb * 1024 * 1024))
+        if lim.cpu_s:
+            out.append(("cpu", lim.cpu_s))
+        return out
+
+    def drop(self, binary: Path) -> list[str]:
+        """setpriv to the test's uid, or nothing (the grader's own uid)."""
+        uid = self.uid(binary)
+        return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+                "--bounding-set=-all", "--"] if uid is not None else []
+
+    def view(self, binary: Path, cwd: Path, root: bool) -> list[str]:
+        """The bwrap prefix: system folders, the test program, the readable paths and cwd."""
+        if root:
             view = [*_base(user_ns=False), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
                     "--cap-add", "CAP_SETPCAP"]
         else:
@@ -448,8 +464,21 @@ class TestJail:
             view += ["--perms", "0755", "--dir", str(d)]
         for p in binds:
             view += ["--ro-bind", str(p), str(p)]
-        view += ["--chdir", str(cwd), "--"]
-        return pre + view + drop + cmd
+        return view + ["--chdir", str(cwd), "--"]
+
+    def agent(self, binary: Path, cwd: Path) -> Agent | None:
+        """This worker's long-lived sandbox for `binary` (started on first use), or None where each
+        test gets a bwrap of its own: without bubblewrap, or when the grader is not root (the test
+        would then share the agent's uid)."""
+        if not self.status.isolated or self.uid(binary) is None or not Path(AGENT_PYTHON).is_file() \
+                or not shutil.which("setpriv"):
+            return None
+        key = (self.worker, str(binary), str(cwd), tuple(str(p) for p in self.readable))
+        with _agents_lock:
+            agent = _agents.get(key)
+            if agent is None or not agent.alive():
+                agent = _agents[key] = Agent(self.view(binary, cwd, root=True))
+            return agent
 
     def uid(self, binary: Path) -> int | None:
         """The uid the test runs as: the worker's own when the grader is root, else None (the
@@ -469,6 +498,139 @@ class TestJail:
 
     def uses_memory_limit(self) -> bool:
         return bool(self.limits.memory_mb) and self.status.limited and shutil.which("prlimit") is not None
+
+
+# ---- one sandbox per worker and test program -----------------------------------------------
+# Starting bubblewrap (namespaces, mounts) costs 10 to 20 ms, as much as a short test. So, when the
+# grader is root, each worker keeps one sandbox per test program for a run of items: a small agent
+# inside it (root, with only the capabilities setpriv needs) starts each test as the worker's uid,
+# with the limits, the grader's pipes (passed over a socket) and a fresh /tmp; when the test ends
+# it kills every process left of that uid and answers with the exit status. A test can neither
+# signal nor trace the root agent, nor reach its socket. A timeout or an output flood kills the
+# whole sandbox; the next item starts a new one. close_agents() ends them after each run of items,
+# so a rebuilt test program is never run through an old mount.
+
+AGENT_PYTHON = "/usr/bin/python3"
+_AGENT = r"""
+import json, os, resource, shutil, socket, sys
+sock = socket.socket(fileno=int(sys.argv[1]))
+os.set_inheritable(sock.fileno(), False)
+NAMES = {"as": resource.RLIMIT_AS, "nproc": resource.RLIMIT_NPROC, "fsize": resource.RLIMIT_FSIZE,
+         "cpu": resource.RLIMIT_CPU, "core": resource.RLIMIT_CORE}
+while True:
+    try:
+        msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 2)
+    except OSError:
+        break
+    if not msg:
+        break
+    req = json.loads(msg)
+    out_fd, xml_fd = fds
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            null = os.open("/dev/null", os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(out_fd, 2)
+            os.dup2(xml_fd, req["xml_fd"])
+            keep = req["xml_fd"]
+            os.closerange(3, keep)
+            os.closerange(keep + 1, 65536)
+            for name, value in req["rlimits"]:
+                resource.setrlimit(NAMES[name], (value, value))
+            os.chdir(req["cwd"])
+            os.execve(req["argv"][0], req["argv"], req["env"])
+        except BaseException as e:
+            os.write(2, f"sandbox: could not start the test: {e}\n".encode())
+        os._exit(127)
+    os.close(out_fd)
+    os.close(xml_fd)
+    _, status = os.waitpid(pid, 0)
+    sweeper = os.fork()
+    if sweeper == 0:
+        try:
+            os.setgid(req["uid"])
+            os.setuid(req["uid"])
+            os.kill(-1, 9)
+        except BaseException:
+            pass
+        os._exit(0)
+    os.waitpid(sweeper, 0)
+    for entry in os.listdir("/tmp"):
+        path = os.path.join("/tmp", entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    sock.send(json.dumps({"rc": os.waitstatus_to_exitcode(status)}).encode())
+"""
+
+_agents: dict[tuple, Agent] = {}
+_agents_lock = threading.Lock()
+
+
+class Agent:
+    """One worker's long-lived sandbox for one test program (see above)."""
+
+    def __init__(self, view: list[str]) -> None:
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.proc = subprocess.Popen(
+                [*view, AGENT_PYTHON, "-I", "-S", "-c", _AGENT, str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), start_new_session=True)
+        finally:
+            theirs.close()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def start(self, argv: list[str], env: dict[str, str], cwd: Path, out_fd: int, xml_fd: int,
+              rlimits: list[tuple[str, int]], uid: int) -> None:
+        """Starts one test: argv (absolute program path) with the write ends of the output and
+        report pipes (the report's at the same fd number as in argv)."""
+        req = {"argv": argv, "env": env, "cwd": str(cwd), "xml_fd": xml_fd, "uid": uid,
+               "rlimits": [("core", 0), *rlimits]}
+        socket.send_fds(self.sock, [json.dumps(req).encode()], [out_fd, xml_fd])
+
+    def wait(self, timeout_s: float) -> int:
+        """The test's exit status (negative: the signal); subprocess.TimeoutExpired after
+        timeout_s, or when the sandbox ended without answering (then treated as killed)."""
+        self.sock.settimeout(timeout_s)
+        try:
+            reply = self.sock.recv(4096)
+        except (TimeoutError, OSError):
+            raise subprocess.TimeoutExpired("sandbox agent", timeout_s) from None
+        if not reply:
+            self.kill()
+            return -signal.SIGKILL
+        return int(json.loads(reply)["rc"])
+
+    def kill(self) -> None:
+        """Ends the sandbox and everything in it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+        self.sock.close()
+
+
+def close_agents() -> None:
+    """Ends every worker's sandbox (after a run of items)."""
+    with _agents_lock:
+        agents = list(_agents.values())
+        _agents.clear()
+    for agent in agents:
+        agent.kill()
+
+
+atexit.register(close_agents)
 
 
 def jail_for(status: Status, module: mf.Module, src: Path, tsan: bool) -> TestJail | None:
