@@ -175,6 +175,51 @@ TEST(MyDP, FinishWithoutBackwardIsAnError) {
 }
 
 namespace {
+/// Charges the modelled backward compute (dp::step_flops) to the simulated clock as backward
+/// actually does it, observed from the model's own gradients rather than assumed from when the
+/// hooks run: before backward every gradient is set to NaN; whenever any hook fires, each layer
+/// whose gradient backward has written since (no longer NaN) is charged, last layer first. A
+/// backward that fires its hooks as it goes is charged one layer per hook (as dp::ComputeModel
+/// charges it); one that runs every hook only after the whole backward is charged all of it at
+/// the first hook, so no communication a hook starts can look overlapped with the compute.
+class ObservedBackwardCompute {
+ public:
+  ObservedBackwardCompute(mlp::MLP& model, int batch, double flops_per_s)
+      : params_(model.parameters()), flops_(dp::step_flops(model, batch)), rate_(flops_per_s) {
+    for (mlp::Parameter* p : params_) {
+      handles_.push_back(p->add_hook([this](mlp::Parameter&) { charge_written(); }));
+    }
+  }
+  ~ObservedBackwardCompute() {
+    for (std::size_t i = 0; i < handles_.size(); ++i) params_[i]->remove_hook(handles_[i]);
+  }
+  ObservedBackwardCompute(const ObservedBackwardCompute&) = delete;
+  ObservedBackwardCompute& operator=(const ObservedBackwardCompute&) = delete;
+
+  /// Before the step: charges the forward pass and marks every gradient as not yet written.
+  void start_step() {
+    dist::sim_compute(flops_.forward / rate_, "forward");
+    charged_.assign(params_.size(), false);
+    for (mlp::Parameter* p : params_) p->grad.setConstant(std::numeric_limits<float>::quiet_NaN());
+  }
+
+ private:
+  void charge_written() {
+    for (std::size_t k = params_.size(); k-- > 0;) {
+      if (!charged_[k] && !params_[k]->grad.hasNaN()) {
+        charged_[k] = true;
+        dist::sim_compute(flops_.backward[k] / rate_, "backward");
+      }
+    }
+  }
+
+  std::vector<mlp::Parameter*> params_;
+  dp::StepFlops flops_;
+  double rate_;
+  std::vector<bool> charged_;
+  std::vector<int> handles_;
+};
+
 /// Simulated seconds of one data-parallel step (rank 0), compute modelled at `flops` per rank.
 double simulated_step(Mode mode, int world, double flops) {
   mlp::Config c;
@@ -192,15 +237,17 @@ double simulated_step(Mode mode, int world, double flops) {
   double step = 0;
   distlab::testing::run_ranks(world, [&] {
     mlp::MLP model(c, c.seed);
-    dp::ComputeModel compute(model, c.batch_size, flops);  // before the wrapper: compute, then sync
+    // Before the wrapper, so a layer's compute is charged before a wrapper's hook communicates.
+    ObservedBackwardCompute compute(model, c.batch_size, flops);
     std::unique_ptr<dp::MyDP> mine;
     if (mode == Mode::MyDPPerParameter) mine = std::make_unique<dp::MyDP>(model, 0);
     mlp::SGD opt(model.parameters(), c.learning_rate);
     mlp::Matrix probs, dlogits;
     dist::barrier();
     const double t0 = dist::sim_time();
+    compute.start_step();
     dp::dp_step(mine ? dp::GradientSync{mine.get()} : dp::ManualAllReduce{}, model, opt, x, y,
-                probs, dlogits, &compute);
+                probs, dlogits, nullptr);
     const double t1 = dist::sim_time();
     if (dist::rank() == 0) step = t1 - t0;
   });
@@ -210,7 +257,9 @@ double simulated_step(Mode mode, int world, double flops) {
 
 TEST(MyDP, OverlapShortensTheSimulatedStep) {
   // Per rank: ~200k parameters (0.8 MB of gradients); compute modelled at 20 GFLOP/s so that
-  // backward and the all-reduces take comparable simulated time.
+  // backward and the all-reduces take comparable simulated time. The backward compute is charged
+  // as the model's backward writes the gradients (ObservedBackwardCompute), so hooks that run only
+  // after the whole backward cannot look overlapped.
   const double after = simulated_step(Mode::Manual, 4, 20e9);
   const double overlap = simulated_step(Mode::MyDPPerParameter, 4, 20e9);
   ASSERT_GT(after, 0.0) << "the simulated clock did not advance";
