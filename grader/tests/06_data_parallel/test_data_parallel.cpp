@@ -182,10 +182,15 @@ namespace {
 /// backward that fires its hooks as it goes is charged one layer per hook (as dp::ComputeModel
 /// charges it); one that runs every hook only after the whole backward is charged all of it at
 /// the first hook, so no communication a hook starts can look overlapped with the compute.
+/// With `all_at_first_hook`, the whole backward is charged at the first hook whatever backward
+/// does: the step as it would be if nothing overlapped the backward compute.
 class ObservedBackwardCompute {
  public:
-  ObservedBackwardCompute(mlp::MLP& model, int batch, double flops_per_s)
-      : params_(model.parameters()), flops_(dp::step_flops(model, batch)), rate_(flops_per_s) {
+  ObservedBackwardCompute(mlp::MLP& model, int batch, double flops_per_s, bool all_at_first_hook)
+      : params_(model.parameters()),
+        flops_(dp::step_flops(model, batch)),
+        rate_(flops_per_s),
+        all_at_first_hook_(all_at_first_hook) {
     for (mlp::Parameter* p : params_) {
       handles_.push_back(p->add_hook([this](mlp::Parameter&) { charge_written(); }));
     }
@@ -196,9 +201,8 @@ class ObservedBackwardCompute {
   ObservedBackwardCompute(const ObservedBackwardCompute&) = delete;
   ObservedBackwardCompute& operator=(const ObservedBackwardCompute&) = delete;
 
-  /// Before the step: charges the forward pass and marks every gradient as not yet written.
+  /// Before the step: marks every gradient as not yet written.
   void start_step() {
-    dist::sim_compute(flops_.forward / rate_, "forward");
     charged_.assign(params_.size(), false);
     for (mlp::Parameter* p : params_) p->grad.setConstant(std::numeric_limits<float>::quiet_NaN());
   }
@@ -206,7 +210,7 @@ class ObservedBackwardCompute {
  private:
   void charge_written() {
     for (std::size_t k = params_.size(); k-- > 0;) {
-      if (!charged_[k] && !params_[k]->grad.hasNaN()) {
+      if (!charged_[k] && (all_at_first_hook_ || !params_[k]->grad.hasNaN())) {
         charged_[k] = true;
         dist::sim_compute(flops_.backward[k] / rate_, "backward");
       }
@@ -216,17 +220,21 @@ class ObservedBackwardCompute {
   std::vector<mlp::Parameter*> params_;
   dp::StepFlops flops_;
   double rate_;
+  bool all_at_first_hook_;
   std::vector<bool> charged_;
   std::vector<int> handles_;
 };
 
-/// Simulated seconds of one data-parallel step (rank 0), compute modelled at `flops` per rank.
-double simulated_step(Mode mode, int world, double flops) {
+/// Simulated seconds of backward and the gradient sync of one data-parallel step (rank 0, the
+/// forward's compute left out: it cannot overlap the sync), the backward compute modelled at
+/// `flops` per rank. Two layers, the last one (whose gradient backward produces first) twice the
+/// size of the first, so that its all-reduce can hide behind the first layer's backward.
+double simulated_step(Mode mode, int world, double flops, bool no_overlap_baseline = false) {
   mlp::Config c;
-  c.n_layers = 4;
+  c.n_layers = 2;
   c.dim_in = 256;
   c.dim_hidden = 256;
-  c.n_classes = 32;
+  c.n_classes = 512;
   c.batch_size = 16;
   c.train_size = 256;
   c.test_size = 16;
@@ -238,7 +246,7 @@ double simulated_step(Mode mode, int world, double flops) {
   distlab::testing::run_ranks(world, [&] {
     mlp::MLP model(c, c.seed);
     // Before the wrapper, so a layer's compute is charged before a wrapper's hook communicates.
-    ObservedBackwardCompute compute(model, c.batch_size, flops);
+    ObservedBackwardCompute compute(model, c.batch_size, flops, no_overlap_baseline);
     std::unique_ptr<dp::MyDP> mine;
     if (mode == Mode::MyDPPerParameter) mine = std::make_unique<dp::MyDP>(model, 0);
     mlp::SGD opt(model.parameters(), c.learning_rate);
@@ -256,17 +264,24 @@ double simulated_step(Mode mode, int world, double flops) {
 }  // namespace
 
 TEST(MyDP, OverlapShortensTheSimulatedStep) {
-  // Per rank: ~200k parameters (0.8 MB of gradients); compute modelled at 20 GFLOP/s so that
-  // backward and the all-reduces take comparable simulated time. The backward compute is charged
-  // as the model's backward writes the gradients (ObservedBackwardCompute), so hooks that run only
-  // after the whole backward cannot look overlapped.
-  const double after = simulated_step(Mode::Manual, 4, 20e9);
-  const double overlap = simulated_step(Mode::MyDPPerParameter, 4, 20e9);
+  // The backward compute is charged as the model's backward writes the gradients
+  // (ObservedBackwardCompute), so hooks that run only after the whole backward cannot look
+  // overlapped. The baseline is the same MyDP with the whole backward charged before its first
+  // hook: nothing overlaps there, whatever MyDP does.
+  constexpr double kFlops = 50e9;
+  const double after = simulated_step(Mode::Manual, 4, kFlops);
+  const double baseline = simulated_step(Mode::MyDPPerParameter, 4, kFlops, true);
+  const double overlap = simulated_step(Mode::MyDPPerParameter, 4, kFlops);
   ASSERT_GT(after, 0.0) << "the simulated clock did not advance";
   EXPECT_LT(overlap, 0.95 * after)
       << "MyDP with one bucket per parameter: " << overlap * 1e3
-      << " ms per step; all-reduce after backward: " << after * 1e3
-      << " ms: no overlap. A bucket's all-reduce must already be under way "
-         "while backward computes the earlier layers, and be waited for only "
-         "once backward is done";
+      << " ms of simulated time for backward and the gradient sync; all-reduce after backward: "
+      << after * 1e3 << " ms: no overlap";
+  EXPECT_LT(overlap, 0.95 * baseline)
+      << "MyDP with one bucket per parameter: " << overlap * 1e3
+      << " ms of simulated time for backward and the gradient sync, but " << baseline * 1e3
+      << " ms when the whole backward's compute comes before the first gradient hook: no "
+         "all-reduce ran while backward computed the earlier layers. A bucket's all-reduce must "
+         "start in the hook, the moment its last gradient is final (before backward moves on), "
+         "and be waited for only in finish_gradient_sync";
 }
