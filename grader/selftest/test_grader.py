@@ -136,6 +136,35 @@ class TestGrading(GraderTestCase):
         self.assertEqual([(t["name"], t["status"]) for t in data["tests"]],
                          [("01_fix/add", "passed"), ("01_fix/twice", "passed"), ("01_fix/add_large", "passed")])
 
+    def test_every_order_of_modes_grades_the_reference_full_marks(self) -> None:
+        # One tree, graded public / hidden / batch (with hidden) one after another: a grade must
+        # not depend on what was graded before it. The sequence holds every ordered pair of modes
+        # (p-h, h-b, b-p, p-b, b-h, h-p), so every order of the three modes is covered by its steps.
+        sub = self.tmp / "orders-sub"
+        batch = self.tmp / "orders-batch"
+        for folder in (sub, batch / "ref"):
+            (folder / "exercises/01_fix").mkdir(parents=True, exist_ok=True)
+            (folder / "exercises/01_fix/fix.cpp").write_text(SOLUTION["exercises/01_fix/fix.cpp"])
+        public = [("01_fix/add", "passed"), ("01_fix/twice", "passed")]
+        hidden = public + [("01_fix/add_large", "passed")]
+        for step, mode in enumerate(["public", "hidden", "batch", "public", "batch", "hidden", "public"]):
+            out = self.tmp / f"orders-{step}"
+            if mode == "batch":
+                gradebook = self.tmp / f"orders-{step}.csv"
+                r = distlab("grade", "01_fix", "--submissions", str(batch), "--csv", str(gradebook), "--hidden")
+                self.assertEqual(r.returncode, 0, f"step {step} ({mode}):\n{r.stdout}{r.stderr}")
+                with gradebook.open() as f:
+                    rows = {row["submission"]: row for row in csv.DictReader(f)}
+                self.assertEqual(rows["ref"]["total"], "6", f"step {step} ({mode}): {rows['ref']}")
+                continue
+            extra = ("--hidden",) if mode == "hidden" else ()
+            r = distlab("grade", "01_fix", "--submission", str(sub), *extra, "--out", str(out))
+            self.assertEqual(r.returncode, 0, f"step {step} ({mode}):\n{r.stdout}{r.stderr}")
+            data = json.loads((out / "results.json").read_text())
+            self.assertEqual([(t["name"], t["status"]) for t in data["tests"]],
+                             hidden if mode == "hidden" else public, f"step {step} ({mode})")
+            self.assertEqual(data["score"], 6 if mode == "hidden" else 5, f"step {step} ({mode})")
+
     def test_stubs_score_zero(self) -> None:
         data, tests = self.grade({})
         self.assertEqual(data["score"], 0)

@@ -2,10 +2,16 @@
 // so a hang or crash in one function costs only that function's points).
 //   Values:   closed-form results, world sizes 1..8, every root, every op, several counts, twice.
 //   Traffic:  messages and bytes per peer from dist::stats() match the algorithm.
-//   SimTime:  dist::sim_time() matches the algorithm's alpha-beta(-gamma) cost within 1%.
+//   SimTime:  dist::sim_time() matches the algorithm's alpha-beta(-gamma) cost within 1%; for the
+//             functions that reduce, also the reference's own time with a reduction cost and on
+//             the two-level network (SimTimeWithReductionCostMatchesTheReference).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+
 #include "collectives_checks.hpp"
+#include "collectives_time_cases.hpp"
 
 namespace {
 
@@ -31,6 +37,46 @@ std::vector<int> traffic_roots(int p) {
 }
 
 constexpr std::uint64_t kBytes = kTrafficCount * sizeof(float);
+
+// ---- simulated time against the reference's own run ----------------------------------------
+
+/// The reference's times (seconds) by case key, from grader/golden/03_collectives/sim_times.txt.
+std::map<std::string, double> reference_times() {
+  const std::string path = std::string(DISTLAB_GOLDEN_DIR) + "/03_collectives/sim_times.txt";
+  std::ifstream in(path);
+  std::map<std::string, double> times;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto at = line.rfind(" us ");
+    if (at != std::string::npos) times[line.substr(0, at)] = std::stod(line.substr(at + 4)) * 1e-6;
+  }
+  if (times.empty()) ADD_FAILURE() << "cannot read the reference times in " << path;
+  return times;
+}
+
+/// fn's time on every case of collectives_time_cases.hpp equals the reference's within 1%.
+void check_time_against_reference(const std::string& fn) {
+  const auto want = reference_times();
+  for (const auto& c : ctime03::time_cases()) {
+    if (c.fn != fn) continue;
+    if (::testing::Test::HasFailure()) return;  // report the first failing case only
+    const auto it = want.find(ctime03::key(c));
+    if (it == want.end()) {
+      ADD_FAILURE() << "no reference time for \"" << ctime03::key(c) << "\"";
+      return;
+    }
+    const auto model = ctime03::model_of(c);
+    const std::string what = "simulated time, " + ctime03::describe(c);
+    const std::size_t bytes =
+        (fn == "reduce_scatter_ring" ? ctime03::kM : ctime03::kN) * sizeof(float);
+    const double got = sim_time_of(what, fn, c.p, model, [&] { ctime03::call(c); });
+    expect_time(got, it->second, fn, what,
+                "the reference's time under the same model (" + model_text(model, bytes) + ")",
+                "reduce every received message once, with dist::reduce_into (a reduction written "
+                "by hand costs no simulated time, which the rules forbid), as soon as it arrives, "
+                "and send and receive at the same time in exchange steps");
+  }
+}
 
 // ---- broadcast ------------------------------------------------------------------------------
 
@@ -220,6 +266,10 @@ TEST(ReduceNaive, SimTime) {
   }
 }
 
+TEST(ReduceNaive, SimTimeWithReductionCostMatchesTheReference) {
+  check_time_against_reference("reduce_naive");
+}
+
 TEST(ReduceTree, Values) {
   check_reduce_values(collectives::reduce_tree, "reduce_tree", kWorldSizes, kCounts, true);
 }
@@ -277,6 +327,10 @@ TEST(ReduceTree, SimTime) {
   }
 }
 
+TEST(ReduceTree, SimTimeWithReductionCostMatchesTheReference) {
+  check_time_against_reference("reduce_tree");
+}
+
 // ---- all-reduce -----------------------------------------------------------------------------
 
 TEST(AllReduceNaive, Values) {
@@ -315,6 +369,10 @@ TEST(AllReduceNaive, SimTime) {
                 "2(p-1)(alpha + n beta) " + model_text(model, bytes),
                 "rank 0 should receive p-1 buffers, then send p-1 results");
   }
+}
+
+TEST(AllReduceNaive, SimTimeWithReductionCostMatchesTheReference) {
+  check_time_against_reference("all_reduce_naive");
 }
 
 TEST(AllReduceButterfly, Values) {
@@ -369,6 +427,10 @@ TEST(AllReduceButterfly, SimTime) {
   }
 }
 
+TEST(AllReduceButterfly, SimTimeWithReductionCostMatchesTheReference) {
+  check_time_against_reference("all_reduce_butterfly");
+}
+
 TEST(AllReduceRing, Values) {
   check_all_reduce_values(collectives::all_reduce_ring, "all_reduce_ring", kWorldSizes, kCounts);
 }
@@ -417,6 +479,10 @@ TEST(AllReduceRing, SimTime) {
                 "in each step send one chunk and receive another at the same time (isend + recv + "
                 "wait), reduce only in the reduce-scatter half");
   }
+}
+
+TEST(AllReduceRing, SimTimeWithReductionCostMatchesTheReference) {
+  check_time_against_reference("all_reduce_ring");
 }
 
 // ---- gather, all-gather, reduce-scatter -----------------------------------------------------
@@ -596,6 +662,10 @@ TEST(ReduceScatterRing, SimTime) {
                 "in each step send and receive at the same time (isend + recv + wait), then "
                 "reduce one chunk once");
   }
+}
+
+TEST(ReduceScatterRing, SimTimeWithReductionCostMatchesTheReference) {
+  check_time_against_reference("reduce_scatter_ring");
 }
 
 }  // namespace

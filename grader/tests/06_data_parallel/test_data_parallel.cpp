@@ -175,13 +175,66 @@ TEST(MyDP, FinishWithoutBackwardIsAnError) {
 }
 
 namespace {
-/// Simulated seconds of one data-parallel step (rank 0), compute modelled at `flops` per rank.
-double simulated_step(Mode mode, int world, double flops) {
+/// Charges the modelled backward compute (dp::step_flops) to the simulated clock as backward
+/// actually does it, observed from the model's own gradients rather than assumed from when the
+/// hooks run: before backward every gradient is set to NaN; whenever any hook fires, each layer
+/// whose gradient backward has written since (no longer NaN) is charged, last layer first. A
+/// backward that fires its hooks as it goes is charged one layer per hook (as dp::ComputeModel
+/// charges it); one that runs every hook only after the whole backward is charged all of it at
+/// the first hook, so no communication a hook starts can look overlapped with the compute.
+/// With `all_at_first_hook`, the whole backward is charged at the first hook whatever backward
+/// does: the step as it would be if nothing overlapped the backward compute.
+class ObservedBackwardCompute {
+ public:
+  ObservedBackwardCompute(mlp::MLP& model, int batch, double flops_per_s, bool all_at_first_hook)
+      : params_(model.parameters()),
+        flops_(dp::step_flops(model, batch)),
+        rate_(flops_per_s),
+        all_at_first_hook_(all_at_first_hook) {
+    for (mlp::Parameter* p : params_) {
+      handles_.push_back(p->add_hook([this](mlp::Parameter&) { charge_written(); }));
+    }
+  }
+  ~ObservedBackwardCompute() {
+    for (std::size_t i = 0; i < handles_.size(); ++i) params_[i]->remove_hook(handles_[i]);
+  }
+  ObservedBackwardCompute(const ObservedBackwardCompute&) = delete;
+  ObservedBackwardCompute& operator=(const ObservedBackwardCompute&) = delete;
+
+  /// Before the step: marks every gradient as not yet written.
+  void start_step() {
+    charged_.assign(params_.size(), false);
+    for (mlp::Parameter* p : params_) p->grad.setConstant(std::numeric_limits<float>::quiet_NaN());
+  }
+
+ private:
+  void charge_written() {
+    for (std::size_t k = params_.size(); k-- > 0;) {
+      if (!charged_[k] && (all_at_first_hook_ || !params_[k]->grad.hasNaN())) {
+        charged_[k] = true;
+        dist::sim_compute(flops_.backward[k] / rate_, "backward");
+      }
+    }
+  }
+
+  std::vector<mlp::Parameter*> params_;
+  dp::StepFlops flops_;
+  double rate_;
+  bool all_at_first_hook_;
+  std::vector<bool> charged_;
+  std::vector<int> handles_;
+};
+
+/// Simulated seconds of backward and the gradient sync of one data-parallel step (rank 0, the
+/// forward's compute left out: it cannot overlap the sync), the backward compute modelled at
+/// `flops` per rank. Two layers, the last one (whose gradient backward produces first) twice the
+/// size of the first, so that its all-reduce can hide behind the first layer's backward.
+double simulated_step(Mode mode, int world, double flops, bool no_overlap_baseline = false) {
   mlp::Config c;
-  c.n_layers = 4;
+  c.n_layers = 2;
   c.dim_in = 256;
   c.dim_hidden = 256;
-  c.n_classes = 32;
+  c.n_classes = 512;
   c.batch_size = 16;
   c.train_size = 256;
   c.test_size = 16;
@@ -192,15 +245,17 @@ double simulated_step(Mode mode, int world, double flops) {
   double step = 0;
   distlab::testing::run_ranks(world, [&] {
     mlp::MLP model(c, c.seed);
-    dp::ComputeModel compute(model, c.batch_size, flops);  // before the wrapper: compute, then sync
+    // Before the wrapper, so a layer's compute is charged before a wrapper's hook communicates.
+    ObservedBackwardCompute compute(model, c.batch_size, flops, no_overlap_baseline);
     std::unique_ptr<dp::MyDP> mine;
     if (mode == Mode::MyDPPerParameter) mine = std::make_unique<dp::MyDP>(model, 0);
     mlp::SGD opt(model.parameters(), c.learning_rate);
     mlp::Matrix probs, dlogits;
     dist::barrier();
     const double t0 = dist::sim_time();
+    compute.start_step();
     dp::dp_step(mine ? dp::GradientSync{mine.get()} : dp::ManualAllReduce{}, model, opt, x, y,
-                probs, dlogits, &compute);
+                probs, dlogits, nullptr);
     const double t1 = dist::sim_time();
     if (dist::rank() == 0) step = t1 - t0;
   });
@@ -209,15 +264,24 @@ double simulated_step(Mode mode, int world, double flops) {
 }  // namespace
 
 TEST(MyDP, OverlapShortensTheSimulatedStep) {
-  // Per rank: ~200k parameters (0.8 MB of gradients); compute modelled at 20 GFLOP/s so that
-  // backward and the all-reduces take comparable simulated time.
-  const double after = simulated_step(Mode::Manual, 4, 20e9);
-  const double overlap = simulated_step(Mode::MyDPPerParameter, 4, 20e9);
+  // The backward compute is charged as the model's backward writes the gradients
+  // (ObservedBackwardCompute), so hooks that run only after the whole backward cannot look
+  // overlapped. The baseline is the same MyDP with the whole backward charged before its first
+  // hook: nothing overlaps there, whatever MyDP does.
+  constexpr double kFlops = 50e9;
+  const double after = simulated_step(Mode::Manual, 4, kFlops);
+  const double baseline = simulated_step(Mode::MyDPPerParameter, 4, kFlops, true);
+  const double overlap = simulated_step(Mode::MyDPPerParameter, 4, kFlops);
   ASSERT_GT(after, 0.0) << "the simulated clock did not advance";
   EXPECT_LT(overlap, 0.95 * after)
       << "MyDP with one bucket per parameter: " << overlap * 1e3
-      << " ms per step; all-reduce after backward: " << after * 1e3
-      << " ms: no overlap. A bucket's all-reduce must already be under way "
-         "while backward computes the earlier layers, and be waited for only "
-         "once backward is done";
+      << " ms of simulated time for backward and the gradient sync; all-reduce after backward: "
+      << after * 1e3 << " ms: no overlap";
+  EXPECT_LT(overlap, 0.95 * baseline)
+      << "MyDP with one bucket per parameter: " << overlap * 1e3
+      << " ms of simulated time for backward and the gradient sync, but " << baseline * 1e3
+      << " ms when the whole backward's compute comes before the first gradient hook: no "
+         "all-reduce ran while backward computed the earlier layers. A bucket's all-reduce must "
+         "start in the hook, the moment its last gradient is final (before backward moves on), "
+         "and be waited for only in finish_gradient_sync";
 }
