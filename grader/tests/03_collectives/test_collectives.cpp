@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "collectives_checks.hpp"
@@ -78,6 +79,161 @@ void check_time_against_reference(const std::string& fn) {
   }
 }
 
+// ---- the drivers every suite shares: one row of expectations per function ------------------
+
+/// One call of a collective on `count` floats per rank (the block or chunk size for gather,
+/// all-gather and reduce-scatter), with root `root` (-1 for the functions without one).
+using Call = std::function<void(std::size_t count, int root)>;
+
+Call call_of(const std::string& fn) {
+  using namespace collectives;
+  static const std::map<std::string, Call> calls = {
+      {"broadcast_naive",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         broadcast_naive(b, r);
+       }},
+      {"broadcast_tree",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         broadcast_tree(b, r);
+       }},
+      {"broadcast_ring",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         broadcast_ring(b, r);
+       }},
+      {"reduce_naive",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         reduce_naive(b, r, ReduceOp::Sum);
+       }},
+      {"reduce_tree",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         reduce_tree(b, r, ReduceOp::Sum);
+       }},
+      {"all_reduce_naive",
+       [](std::size_t n, int) {
+         std::vector<float> b(n, 1.0f);
+         all_reduce_naive(b, ReduceOp::Sum);
+       }},
+      {"all_reduce_butterfly",
+       [](std::size_t n, int) {
+         std::vector<float> b(n, 1.0f);
+         all_reduce_butterfly(b, ReduceOp::Sum);
+       }},
+      {"all_reduce_ring",
+       [](std::size_t n, int) {
+         std::vector<float> b(n, 1.0f);
+         all_reduce_ring(b, ReduceOp::Sum);
+       }},
+      {"gather_naive",
+       [](std::size_t n, int r) {
+         std::vector<float> in(n, 1.0f), out(n * static_cast<std::size_t>(dist::world_size()));
+         gather_naive(in, out, r);
+       }},
+      {"gather_tree",
+       [](std::size_t n, int r) {
+         std::vector<float> in(n, 1.0f), out(n * static_cast<std::size_t>(dist::world_size()));
+         gather_tree(in, out, r);
+       }},
+      {"all_gather_ring",
+       [](std::size_t n, int) {
+         std::vector<float> in(n, 1.0f), out(n * static_cast<std::size_t>(dist::world_size()));
+         all_gather_ring(in, out);
+       }},
+      {"reduce_scatter_ring",
+       [](std::size_t n, int) {
+         std::vector<float> in(n * static_cast<std::size_t>(dist::world_size()), 1.0f), out(n);
+         reduce_scatter_ring(in, out, ReduceOp::Sum);
+       }},
+  };
+  return calls.at(fn);
+}
+
+/// Traffic of fn with kTrafficCount floats, for every traffic world size and, when `rooted`, every
+/// traffic root: `expect(stats, p, root, what)` checks the counters of one case.
+void check_traffic(const std::string& fn, bool rooted,
+                   const std::function<void(const std::vector<dist::Stats>&, int, int,
+                                            const std::string&)>& expect) {
+  for (int p : kTrafficSizes) {
+    for (int root : rooted ? traffic_roots(p) : std::vector<int>{-1}) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
+      const std::string what = traffic_case(p, root);
+      const auto stats = traffic(what, fn, p, [&] { call_of(fn)(kTrafficCount, root); });
+      if (stats.empty()) return;
+      expect(stats, p, root, what);
+    }
+  }
+}
+
+/// The common traffic check: messages (and bytes) from every rank to every rank, as
+/// `fill(msgs, bytes, p, root)` writes the algorithm's pattern; `rule` says it in words.
+void check_pattern(const std::string& fn, bool rooted,
+                   const std::function<void(Matrix&, Matrix&, int, int)>& fill,
+                   const std::string& rule) {
+  check_traffic(fn, rooted, [&](const auto& stats, int p, int root, const std::string& what) {
+    Matrix msgs = zeros(p), bytes = zeros(p);
+    fill(msgs, bytes, p, root);
+    expect_pattern(stats, msgs, &bytes, fn, what, rule);
+  });
+}
+
+/// Checks rank r's counter `got` against `want` (a tree's per-rank rule).
+void expect_count(std::uint64_t got, std::uint64_t want, const std::string& fn,
+                  const std::string& what, const std::string& rule) {
+  EXPECT_EQ(got, want) << fn << ", " << what << ": " << rule << " (got " << got << ")";
+}
+
+/// One row of the simulated-time table: fn on `count` floats per rank, the model for world size
+/// p, the roots to try, the algorithm's cost and its formula in words, and what a slower or
+/// faster schedule probably does differently.
+struct TimeRow {
+  std::string fn;
+  std::size_t count;
+  std::function<dist::NetworkModel(int p)> model;
+  std::function<std::vector<int>(int p)> roots;
+  std::function<double(int p, const dist::NetworkModel&)> cost;
+  std::function<std::string(const dist::NetworkModel&)> formula;
+  std::string advice;
+};
+
+void check_time(const TimeRow& row) {
+  for (int p : kWorldSizes) {
+    const auto model = row.model(p);
+    for (int root : row.roots ? row.roots(p) : std::vector<int>{-1}) {
+      if (::testing::Test::HasFailure()) return;  // report the first failing case only
+      const std::string what =
+          time_case(p, row.count) + (root >= 0 ? ", root " + std::to_string(root) : "");
+      const double got =
+          sim_time_of(what, row.fn, p, model, [&] { call_of(row.fn)(row.count, root); });
+      expect_time(got, row.cost(p, model), row.fn, what, row.formula(model), row.advice);
+    }
+  }
+}
+
+auto flat(bool with_gamma) {
+  return [with_gamma](int) { return timing_model(with_gamma); };
+}
+auto one_root(int (*pick)(int)) {
+  return [pick](int p) { return std::vector<int>{pick(p)}; };
+}
+double cost(const dist::NetworkModel& m, std::size_t count) {
+  return m.message_cost(0, 1, count * sizeof(float));
+}
+double reduce_time(const dist::NetworkModel& m, std::size_t count) {
+  return m.reduce_cost(count * sizeof(float));
+}
+auto formula(const std::string& words, std::size_t count) {
+  return [words, count](const dist::NetworkModel& m) {
+    return words + " " + model_text(m, count * sizeof(float));
+  };
+}
+
+constexpr std::size_t kBlock =
+    kTimeCount / 8;  // floats per block (gather) or chunk (reduce-scatter)
+
 // ---- broadcast ------------------------------------------------------------------------------
 
 TEST(BroadcastNaive, Values) {
@@ -86,40 +242,21 @@ TEST(BroadcastNaive, Values) {
 }
 
 TEST(BroadcastNaive, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    for (int root : traffic_roots(p)) {
-      if (::testing::Test::HasFailure()) return;  // report the first failing case only
-      auto stats = traffic(traffic_case(p, root), "broadcast_naive", p, [&] {
-        std::vector<float> buf(kTrafficCount, 1.0f);
-        collectives::broadcast_naive(buf, root);
-      });
-      if (stats.empty()) return;
-      Matrix msgs = zeros(p), bytes = zeros(p);
-      for (int q = 0; q < p; ++q) {
-        if (q != root) msgs[root][q] = 1, bytes[root][q] = kBytes;
-      }
-      expect_pattern(stats, msgs, &bytes, "broadcast_naive", traffic_case(p, root),
-                     "src sends the whole buffer once to every other rank; nobody else sends");
-    }
-  }
+  check_pattern(
+      "broadcast_naive", true,
+      [](Matrix& msgs, Matrix& bytes, int p, int root) {
+        for (int q = 0; q < p; ++q) {
+          if (q != root) msgs[root][q] = 1, bytes[root][q] = kBytes;
+        }
+      },
+      "src sends the whole buffer once to every other rank; nobody else sends");
 }
 
 TEST(BroadcastNaive, SimTime) {
-  const auto model = timing_model(false);
-  const std::size_t bytes = kTimeCount * sizeof(float);
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const int root = p / 2;
-    const double got = sim_time_of(time_case(p, kTimeCount), "broadcast_naive", p, model, [&] {
-      std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::broadcast_naive(buf, root);
-    });
-    const double want = (p - 1) * model.message_cost(0, 1, bytes);
-    expect_time(got, want, "broadcast_naive", time_case(p, kTimeCount),
-                "(p-1)(alpha + n beta) " + model_text(model, bytes),
-                "src should send with one message after another on its link, nothing else");
-  }
+  check_time({"broadcast_naive", kTimeCount, flat(false), one_root([](int p) { return p / 2; }),
+              [](int p, const auto& m) { return (p - 1) * cost(m, kTimeCount); },
+              formula("(p-1)(alpha + n beta)", kTimeCount),
+              "src should send with one message after another on its link, nothing else"});
 }
 
 TEST(BroadcastTree, Values) {
@@ -127,57 +264,35 @@ TEST(BroadcastTree, Values) {
 }
 
 TEST(BroadcastTree, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    for (int root : traffic_roots(p)) {
-      if (::testing::Test::HasFailure()) return;  // report the first failing case only
-      auto stats = traffic(traffic_case(p, root), "broadcast_tree", p, [&] {
-        std::vector<float> buf(kTrafficCount, 1.0f);
-        collectives::broadcast_tree(buf, root);
-      });
-      if (stats.empty()) return;
-      const auto rounds = static_cast<std::uint64_t>(collectives::ceil_log2(p));
-      for (int r = 0; r < p; ++r) {
-        const auto& s = stats[static_cast<std::size_t>(r)];
-        const std::uint64_t want_in = r == root ? 0 : 1;
-        EXPECT_EQ(s.messages_received, want_in)
-            << "broadcast_tree, " << traffic_case(p, root) << ": rank " << r << " received "
-            << s.messages_received << " messages; in a tree every rank except src receives the "
-            << "buffer exactly once";
-        EXPECT_EQ(s.bytes_received, want_in * kBytes)
-            << "broadcast_tree, " << traffic_case(p, root) << ": rank " << r << " received "
-            << s.bytes_received << " bytes";
-        EXPECT_LE(s.messages_sent, rounds)
-            << "broadcast_tree, " << traffic_case(p, root) << ": rank " << r << " sent "
-            << s.messages_sent << " messages; a binomial tree has only ceil(log2 p) = " << rounds
-            << " rounds";
-      }
-      EXPECT_EQ(stats[static_cast<std::size_t>(root)].messages_sent, rounds)
-          << "broadcast_tree, " << traffic_case(p, root) << ": src sends once per round, "
-          << "ceil(log2 p) = " << rounds << " messages";
+  const std::string fn = "broadcast_tree";
+  check_traffic(fn, true, [&](const auto& stats, int p, int root, const std::string& what) {
+    const auto rounds = static_cast<std::uint64_t>(collectives::ceil_log2(p));
+    for (int r = 0; r < p; ++r) {
+      const auto& s = stats[static_cast<std::size_t>(r)];
+      const std::uint64_t in = r == root ? 0 : 1;
+      const std::string rank = "rank " + std::to_string(r);
+      expect_count(s.messages_received, in, fn, what,
+                   rank + ": in a tree every rank except src receives the buffer exactly once");
+      expect_count(s.bytes_received, in * kBytes, fn, what, rank + ": bytes received");
+      EXPECT_LE(s.messages_sent, rounds)
+          << fn << ", " << what << ": " << rank << " sent " << s.messages_sent
+          << " messages; a binomial tree has only ceil(log2 p) = " << rounds << " rounds";
     }
-  }
+    expect_count(
+        stats[static_cast<std::size_t>(root)].messages_sent, rounds, fn, what,
+        "src sends once per round, ceil(log2 p) = " + std::to_string(rounds) + " messages");
+  });
 }
 
 TEST(BroadcastTree, SimTime) {
-  const auto model = timing_model(false);
-  const std::size_t bytes = kTimeCount * sizeof(float);
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    for (int root : {0, p - 1}) {
-      if (::testing::Test::HasFailure()) return;  // report the first failing case only
-      const double got = sim_time_of(time_case(p, kTimeCount) + ", root " + std::to_string(root),
-                                     "broadcast_tree", p, model, [&] {
-                                       std::vector<float> buf(kTimeCount, 1.0f);
-                                       collectives::broadcast_tree(buf, root);
-                                     });
-      const double want = collectives::ceil_log2(p) * model.message_cost(0, 1, bytes);
-      expect_time(got, want, "broadcast_tree", time_case(p, kTimeCount),
-                  "ceil(log2 p)(alpha + n beta) " + model_text(model, bytes),
-                  "every rank that has the data should send in every later round, farthest child "
-                  "first");
-    }
-  }
+  check_time({"broadcast_tree", kTimeCount, flat(false),
+              [](int p) {
+                return std::vector<int>{0, p - 1};
+              },
+              [](int p, const auto& m) { return collectives::ceil_log2(p) * cost(m, kTimeCount); },
+              formula("ceil(log2 p)(alpha + n beta)", kTimeCount),
+              "every rank that has the data should send in every later round, farthest child "
+              "first"});
 }
 
 TEST(BroadcastRing, Values) {
@@ -185,42 +300,24 @@ TEST(BroadcastRing, Values) {
 }
 
 TEST(BroadcastRing, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    for (int root : traffic_roots(p)) {
-      if (::testing::Test::HasFailure()) return;  // report the first failing case only
-      auto stats = traffic(traffic_case(p, root), "broadcast_ring", p, [&] {
-        std::vector<float> buf(kTrafficCount, 1.0f);
-        collectives::broadcast_ring(buf, root);
-      });
-      if (stats.empty()) return;
-      Matrix msgs = zeros(p), bytes = zeros(p);
-      for (int r = 0; r < p; ++r) {
-        const int right = (r + 1) % p;
-        if (right != root) msgs[r][right] = 1, bytes[r][right] = kBytes;
-      }
-      expect_pattern(stats, msgs, &bytes, "broadcast_ring", traffic_case(p, root),
-                     "every rank except src receives the buffer once, from its left neighbour "
-                     "rank-1, and passes it to its right neighbour unless that is src");
-    }
-  }
+  check_pattern(
+      "broadcast_ring", true,
+      [](Matrix& msgs, Matrix& bytes, int p, int root) {
+        for (int r = 0; r < p; ++r) {
+          const int right = (r + 1) % p;
+          if (right != root) msgs[r][right] = 1, bytes[r][right] = kBytes;
+        }
+      },
+      "every rank except src receives the buffer once, from its left neighbour rank-1, and "
+      "passes it to its right neighbour unless that is src");
 }
 
 TEST(BroadcastRing, SimTime) {
-  const auto model = timing_model(false);
-  const std::size_t bytes = kTimeCount * sizeof(float);
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const int root = (p - 1) / 2;
-    const double got = sim_time_of(time_case(p, kTimeCount), "broadcast_ring", p, model, [&] {
-      std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::broadcast_ring(buf, root);
-    });
-    const double want = (p - 1) * model.message_cost(0, 1, bytes);
-    expect_time(got, want, "broadcast_ring", time_case(p, kTimeCount),
-                "(p-1)(alpha + n beta) " + model_text(model, bytes),
-                "the whole buffer should travel the p-1 hops as one message per hop");
-  }
+  check_time({"broadcast_ring", kTimeCount, flat(false),
+              one_root([](int p) { return (p - 1) / 2; }),
+              [](int p, const auto& m) { return (p - 1) * cost(m, kTimeCount); },
+              formula("(p-1)(alpha + n beta)", kTimeCount),
+              "the whole buffer should travel the p-1 hops as one message per hop"});
 }
 
 // ---- reduce ---------------------------------------------------------------------------------
@@ -230,40 +327,21 @@ TEST(ReduceNaive, Values) {
 }
 
 TEST(ReduceNaive, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    for (int root : traffic_roots(p)) {
-      if (::testing::Test::HasFailure()) return;  // report the first failing case only
-      auto stats = traffic(traffic_case(p, root), "reduce_naive", p, [&] {
-        std::vector<float> buf(kTrafficCount, 1.0f);
-        collectives::reduce_naive(buf, root, ReduceOp::Sum);
-      });
-      if (stats.empty()) return;
-      Matrix msgs = zeros(p), bytes = zeros(p);
-      for (int r = 0; r < p; ++r) {
-        if (r != root) msgs[r][root] = 1, bytes[r][root] = kBytes;
-      }
-      expect_pattern(stats, msgs, &bytes, "reduce_naive", traffic_case(p, root),
-                     "every rank except dst sends its whole buffer once, to dst");
-    }
-  }
+  check_pattern(
+      "reduce_naive", true,
+      [](Matrix& msgs, Matrix& bytes, int p, int root) {
+        for (int r = 0; r < p; ++r) {
+          if (r != root) msgs[r][root] = 1, bytes[r][root] = kBytes;
+        }
+      },
+      "every rank except dst sends its whole buffer once, to dst");
 }
 
 TEST(ReduceNaive, SimTime) {
-  const auto model = timing_model(false);
-  const std::size_t bytes = kTimeCount * sizeof(float);
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const int root = p - 1;
-    const double got = sim_time_of(time_case(p, kTimeCount), "reduce_naive", p, model, [&] {
-      std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::reduce_naive(buf, root, ReduceOp::Sum);
-    });
-    const double want = (p - 1) * model.message_cost(0, 1, bytes);
-    expect_time(got, want, "reduce_naive", time_case(p, kTimeCount),
-                "(p-1)(alpha + n beta) " + model_text(model, bytes),
-                "dst's incoming link should carry p-1 messages, nothing else");
-  }
+  check_time({"reduce_naive", kTimeCount, flat(false), one_root([](int p) { return p - 1; }),
+              [](int p, const auto& m) { return (p - 1) * cost(m, kTimeCount); },
+              formula("(p-1)(alpha + n beta)", kTimeCount),
+              "dst's incoming link should carry p-1 messages, nothing else"});
 }
 
 TEST(ReduceNaive, SimTimeWithReductionCostMatchesTheReference) {
@@ -275,56 +353,39 @@ TEST(ReduceTree, Values) {
 }
 
 TEST(ReduceTree, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    for (int root : traffic_roots(p)) {
-      if (::testing::Test::HasFailure()) return;  // report the first failing case only
-      auto stats = traffic(traffic_case(p, root), "reduce_tree", p, [&] {
-        std::vector<float> buf(kTrafficCount, 1.0f);
-        collectives::reduce_tree(buf, root, ReduceOp::Sum);
-      });
-      if (stats.empty()) return;
-      const auto rounds = static_cast<std::uint64_t>(collectives::ceil_log2(p));
-      for (int r = 0; r < p; ++r) {
-        const auto& s = stats[static_cast<std::size_t>(r)];
-        const std::uint64_t want_out = r == root ? 0 : 1;
-        EXPECT_EQ(s.messages_sent, want_out)
-            << "reduce_tree, " << traffic_case(p, root) << ": rank " << r << " sent "
-            << s.messages_sent << " messages; in a tree every rank except dst sends its partial "
-            << "result exactly once, to its parent";
-        EXPECT_EQ(s.bytes_sent, want_out * kBytes)
-            << "reduce_tree, " << traffic_case(p, root) << ": rank " << r << " sent "
-            << s.bytes_sent << " bytes";
-        EXPECT_LE(s.messages_received, rounds)
-            << "reduce_tree, " << traffic_case(p, root) << ": rank " << r << " received "
-            << s.messages_received
-            << " messages; a binomial tree has only ceil(log2 p) = " << rounds << " rounds";
-      }
-      EXPECT_EQ(stats[static_cast<std::size_t>(root)].messages_received, rounds)
-          << "reduce_tree, " << traffic_case(p, root) << ": dst receives once per round, "
-          << "ceil(log2 p) = " << rounds << " messages";
+  const std::string fn = "reduce_tree";
+  check_traffic(fn, true, [&](const auto& stats, int p, int root, const std::string& what) {
+    const auto rounds = static_cast<std::uint64_t>(collectives::ceil_log2(p));
+    for (int r = 0; r < p; ++r) {
+      const auto& s = stats[static_cast<std::size_t>(r)];
+      const std::uint64_t out = r == root ? 0 : 1;
+      const std::string rank = "rank " + std::to_string(r);
+      expect_count(s.messages_sent, out, fn, what,
+                   rank +
+                       ": in a tree every rank except dst sends its partial result exactly "
+                       "once, to its parent");
+      expect_count(s.bytes_sent, out * kBytes, fn, what, rank + ": bytes sent");
+      EXPECT_LE(s.messages_received, rounds)
+          << fn << ", " << what << ": " << rank << " received " << s.messages_received
+          << " messages; a binomial tree has only ceil(log2 p) = " << rounds << " rounds";
     }
-  }
+    expect_count(
+        stats[static_cast<std::size_t>(root)].messages_received, rounds, fn, what,
+        "dst receives once per round, ceil(log2 p) = " + std::to_string(rounds) + " messages");
+  });
 }
 
 TEST(ReduceTree, SimTime) {
-  const std::size_t bytes = kTimeCount * sizeof(float);
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    // With gamma for powers of two (every round is alpha + n beta + n gamma), without otherwise.
-    const auto model = timing_model(is_pow2(p));
-    const int root = p / 2;
-    const double got = sim_time_of(time_case(p, kTimeCount), "reduce_tree", p, model, [&] {
-      std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::reduce_tree(buf, root, ReduceOp::Sum);
-    });
-    const double want =
-        collectives::ceil_log2(p) * (model.message_cost(0, 1, bytes) + model.reduce_cost(bytes));
-    expect_time(got, want, "reduce_tree", time_case(p, kTimeCount),
-                "ceil(log2 p)(alpha + n beta + n gamma) " + model_text(model, bytes),
-                "receive from the nearest child first (its subtree is ready first) and reduce "
-                "each message once, with dist::reduce_into");
-  }
+  // With gamma for powers of two (every round is alpha + n beta + n gamma), without otherwise.
+  check_time({"reduce_tree", kTimeCount, [](int p) { return timing_model(is_pow2(p)); },
+              one_root([](int p) { return p / 2; }),
+              [](int p, const auto& m) {
+                return collectives::ceil_log2(p) *
+                       (cost(m, kTimeCount) + reduce_time(m, kTimeCount));
+              },
+              formula("ceil(log2 p)(alpha + n beta + n gamma)", kTimeCount),
+              "receive from the nearest child first (its subtree is ready first) and reduce "
+              "each message once, with dist::reduce_into"});
 }
 
 TEST(ReduceTree, SimTimeWithReductionCostMatchesTheReference) {
@@ -338,37 +399,22 @@ TEST(AllReduceNaive, Values) {
 }
 
 TEST(AllReduceNaive, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    auto stats = traffic(traffic_case(p, -1), "all_reduce_naive", p, [&] {
-      std::vector<float> buf(kTrafficCount, 1.0f);
-      collectives::all_reduce_naive(buf, ReduceOp::Sum);
-    });
-    if (stats.empty()) return;
-    Matrix msgs = zeros(p), bytes = zeros(p);
-    for (int r = 1; r < p; ++r) {
-      msgs[r][0] = msgs[0][r] = 1;
-      bytes[r][0] = bytes[0][r] = kBytes;
-    }
-    expect_pattern(stats, msgs, &bytes, "all_reduce_naive", traffic_case(p, -1),
-                   "every rank > 0 sends its buffer to rank 0 and gets the result back from it");
-  }
+  check_pattern(
+      "all_reduce_naive", false,
+      [](Matrix& msgs, Matrix& bytes, int p, int) {
+        for (int r = 1; r < p; ++r) {
+          msgs[r][0] = msgs[0][r] = 1;
+          bytes[r][0] = bytes[0][r] = kBytes;
+        }
+      },
+      "every rank > 0 sends its buffer to rank 0 and gets the result back from it");
 }
 
 TEST(AllReduceNaive, SimTime) {
-  const auto model = timing_model(false);
-  const std::size_t bytes = kTimeCount * sizeof(float);
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const double got = sim_time_of(time_case(p, kTimeCount), "all_reduce_naive", p, model, [&] {
-      std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::all_reduce_naive(buf, ReduceOp::Sum);
-    });
-    const double want = 2 * (p - 1) * model.message_cost(0, 1, bytes);
-    expect_time(got, want, "all_reduce_naive", time_case(p, kTimeCount),
-                "2(p-1)(alpha + n beta) " + model_text(model, bytes),
-                "rank 0 should receive p-1 buffers, then send p-1 results");
-  }
+  check_time({"all_reduce_naive", kTimeCount, flat(false), nullptr,
+              [](int p, const auto& m) { return 2 * (p - 1) * cost(m, kTimeCount); },
+              formula("2(p-1)(alpha + n beta)", kTimeCount),
+              "rank 0 should receive p-1 buffers, then send p-1 results"});
 }
 
 TEST(AllReduceNaive, SimTimeWithReductionCostMatchesTheReference) {
@@ -381,50 +427,40 @@ TEST(AllReduceButterfly, Values) {
 }
 
 TEST(AllReduceButterfly, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    auto stats = traffic(traffic_case(p, -1), "all_reduce_butterfly", p, [&] {
-      std::vector<float> buf(kTrafficCount, 1.0f);
-      collectives::all_reduce_butterfly(buf, ReduceOp::Sum);
-    });
-    if (stats.empty()) return;
-    const int q = collectives::floor_pow2(p);
-    Matrix msgs = zeros(p), bytes = zeros(p);
-    for (int r = 0; r < q; ++r) {
-      for (int mask = 1; mask < q; mask <<= 1) msgs[r][r ^ mask] = 1, bytes[r][r ^ mask] = kBytes;
-    }
-    for (int r = q; r < p; ++r) {
-      msgs[r][r - q] = msgs[r - q][r] = 1;
-      bytes[r][r - q] = bytes[r - q][r] = kBytes;
-    }
-    expect_pattern(stats, msgs, &bytes, "all_reduce_butterfly", traffic_case(p, -1),
-                   "the ranks beyond the largest power of two q <= p hand their buffer to one "
-                   "partner among the first q and get the result back from it; among the first q, "
-                   "every rank exchanges the whole buffer once per round, each round with another "
-                   "partner (README: Hints, butterfly for any p)");
-  }
+  check_pattern(
+      "all_reduce_butterfly", false,
+      [](Matrix& msgs, Matrix& bytes, int p, int) {
+        const int q = collectives::floor_pow2(p);
+        for (int r = 0; r < q; ++r) {
+          for (int mask = 1; mask < q; mask <<= 1)
+            msgs[r][r ^ mask] = 1, bytes[r][r ^ mask] = kBytes;
+        }
+        for (int r = q; r < p; ++r) {
+          msgs[r][r - q] = msgs[r - q][r] = 1;
+          bytes[r][r - q] = bytes[r - q][r] = kBytes;
+        }
+      },
+      "the ranks beyond the largest power of two q <= p hand their buffer to one partner among "
+      "the first q and get the result back from it; among the first q, every rank exchanges the "
+      "whole buffer once per round, each round with another partner (README: Hints, butterfly "
+      "for any p)");
 }
 
 TEST(AllReduceButterfly, SimTime) {
-  const std::size_t bytes = kTimeCount * sizeof(float);
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const bool pow2 = is_pow2(p);
-    const auto model = timing_model(pow2);
-    const double got = sim_time_of(time_case(p, kTimeCount), "all_reduce_butterfly", p, model, [&] {
-      std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::all_reduce_butterfly(buf, ReduceOp::Sum);
-    });
-    const double c = model.message_cost(0, 1, bytes);
-    const double want =
-        pow2 ? floor_log2(p) * (c + model.reduce_cost(bytes)) : (floor_log2(p) + 2) * c;
-    expect_time(got, want, "all_reduce_butterfly", time_case(p, kTimeCount),
-                std::string(pow2 ? "log2(p)(alpha + n beta + n gamma) "
-                                 : "(floor(log2 p) + 2)(alpha + n beta) ") +
-                    model_text(model, bytes),
-                "in each round send and receive at the same time (isend + recv + wait), then "
-                "reduce once");
-  }
+  // With gamma for powers of two (log2 p exchange rounds, each reduced once), without otherwise.
+  check_time(
+      {"all_reduce_butterfly", kTimeCount, [](int p) { return timing_model(is_pow2(p)); }, nullptr,
+       [](int p, const auto& m) {
+         return is_pow2(p) ? floor_log2(p) * (cost(m, kTimeCount) + reduce_time(m, kTimeCount))
+                           : (floor_log2(p) + 2) * cost(m, kTimeCount);
+       },
+       [](const auto& m) {
+         return std::string(m.reduce_Bps > 0 ? "log2(p)(alpha + n beta + n gamma) "
+                                             : "(floor(log2 p) + 2)(alpha + n beta) ") +
+                model_text(m, kTimeCount * sizeof(float));
+       },
+       "in each round send and receive at the same time (isend + recv + wait), then "
+       "reduce once"});
 }
 
 TEST(AllReduceButterfly, SimTimeWithReductionCostMatchesTheReference) {
@@ -436,16 +472,11 @@ TEST(AllReduceRing, Values) {
 }
 
 TEST(AllReduceRing, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    auto stats = traffic(traffic_case(p, -1), "all_reduce_ring", p, [&] {
-      std::vector<float> buf(kTrafficCount, 1.0f);
-      collectives::all_reduce_ring(buf, ReduceOp::Sum);
-    });
-    if (stats.empty()) return;
+  const std::string fn = "all_reduce_ring";
+  check_traffic(fn, false, [&](const auto& stats, int p, int, const std::string& what) {
     Matrix msgs = zeros(p);
     for (int r = 0; r < p; ++r) msgs[r][(r + 1) % p] = 2 * static_cast<std::uint64_t>(p - 1);
-    expect_pattern(stats, msgs, nullptr, "all_reduce_ring", traffic_case(p, -1),
+    expect_pattern(stats, msgs, nullptr, fn, what,
                    "2(p-1) chunk messages, each only to the right neighbour rank+1");
     // Each rank sends 2(p-1) chunks of n/p (rounded down or up): all but two chunks, twice.
     const std::uint64_t small = kTrafficCount / static_cast<std::uint64_t>(p);
@@ -455,30 +486,22 @@ TEST(AllReduceRing, Traffic) {
     for (int r = 0; r < p; ++r) {
       const auto sent = stats[static_cast<std::size_t>(r)].bytes_sent / sizeof(float);
       EXPECT_TRUE(sent >= lo && sent <= hi)
-          << "all_reduce_ring, " << traffic_case(p, -1) << ": rank " << r << " sent " << sent
+          << fn << ", " << what << ": rank " << r << " sent " << sent
           << " floats; the ring sends 2(p-1) chunks of about n/p = " << kTrafficCount / p
           << ", i.e. " << hi << " floats at most";
     }
-  }
+  });
 }
 
 TEST(AllReduceRing, SimTime) {
-  const auto model = timing_model(true);
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const double got = sim_time_of(time_case(p, kTimeCount), "all_reduce_ring", p, model, [&] {
-      std::vector<float> buf(kTimeCount, 1.0f);
-      collectives::all_reduce_ring(buf, ReduceOp::Sum);
-    });
-    const std::size_t chunk = kTimeCount / static_cast<std::size_t>(p) * sizeof(float);
-    const double want =
-        2 * (p - 1) * model.message_cost(0, 1, chunk) + (p - 1) * model.reduce_cost(chunk);
-    expect_time(got, want, "all_reduce_ring", time_case(p, kTimeCount),
-                "2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma " +
-                    model_text(model, kTimeCount * sizeof(float)),
-                "in each step send one chunk and receive another at the same time (isend + recv + "
-                "wait), reduce only in the reduce-scatter half");
-  }
+  check_time({"all_reduce_ring", kTimeCount, flat(true), nullptr,
+              [](int p, const auto& m) {
+                const std::size_t chunk = kTimeCount / static_cast<std::size_t>(p);
+                return 2 * (p - 1) * cost(m, chunk) + (p - 1) * reduce_time(m, chunk);
+              },
+              formula("2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma", kTimeCount),
+              "in each step send one chunk and receive another at the same time (isend + recv + "
+              "wait), reduce only in the reduce-scatter half"});
 }
 
 TEST(AllReduceRing, SimTimeWithReductionCostMatchesTheReference) {
@@ -492,41 +515,21 @@ TEST(GatherNaive, Values) {
 }
 
 TEST(GatherNaive, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    for (int root : traffic_roots(p)) {
-      if (::testing::Test::HasFailure()) return;  // report the first failing case only
-      auto stats = traffic(traffic_case(p, root), "gather_naive", p, [&] {
-        std::vector<float> in(kTrafficCount, 1.0f),
-            out(kTrafficCount * static_cast<std::size_t>(p));
-        collectives::gather_naive(in, out, root);
-      });
-      if (stats.empty()) return;
-      Matrix msgs = zeros(p), bytes = zeros(p);
-      for (int r = 0; r < p; ++r) {
-        if (r != root) msgs[r][root] = 1, bytes[r][root] = kBytes;
-      }
-      expect_pattern(stats, msgs, &bytes, "gather_naive", traffic_case(p, root),
-                     "every rank except dst sends its block once, to dst");
-    }
-  }
+  check_pattern(
+      "gather_naive", true,
+      [](Matrix& msgs, Matrix& bytes, int p, int root) {
+        for (int r = 0; r < p; ++r) {
+          if (r != root) msgs[r][root] = 1, bytes[r][root] = kBytes;
+        }
+      },
+      "every rank except dst sends its block once, to dst");
 }
 
 TEST(GatherNaive, SimTime) {
-  const auto model = timing_model(false);
-  const std::size_t m = kTimeCount / 8;
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const int root = p / 3;
-    const double got = sim_time_of(time_case(p, m), "gather_naive", p, model, [&] {
-      std::vector<float> in(m, 1.0f), out(m * static_cast<std::size_t>(p));
-      collectives::gather_naive(in, out, root);
-    });
-    const double want = (p - 1) * model.message_cost(0, 1, m * sizeof(float));
-    expect_time(got, want, "gather_naive", time_case(p, m),
-                "(p-1)(alpha + m beta) " + model_text(model, m * sizeof(float)),
-                "dst's incoming link should carry p-1 blocks, nothing else");
-  }
+  check_time({"gather_naive", kBlock, flat(false), one_root([](int p) { return p / 3; }),
+              [](int p, const auto& m) { return (p - 1) * cost(m, kBlock); },
+              formula("(p-1)(alpha + m beta)", kBlock),
+              "dst's incoming link should carry p-1 blocks, nothing else"});
 }
 
 TEST(GatherTree, Values) {
@@ -534,91 +537,58 @@ TEST(GatherTree, Values) {
 }
 
 TEST(GatherTree, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    for (int root : traffic_roots(p)) {
-      if (::testing::Test::HasFailure()) return;  // report the first failing case only
-      auto stats = traffic(traffic_case(p, root), "gather_tree", p, [&] {
-        std::vector<float> in(kTrafficCount, 1.0f),
-            out(kTrafficCount * static_cast<std::size_t>(p));
-        collectives::gather_tree(in, out, root);
-      });
-      if (stats.empty()) return;
-      const auto rounds = static_cast<std::uint64_t>(collectives::ceil_log2(p));
-      for (int r = 0; r < p; ++r) {
-        const auto& s = stats[static_cast<std::size_t>(r)];
-        EXPECT_EQ(s.messages_sent, r == root ? 0u : 1u)
-            << "gather_tree, " << traffic_case(p, root) << ": rank " << r << " sent "
-            << s.messages_sent << " messages; every rank except dst sends its subtree's blocks "
-            << "once, in one message, to its parent";
-      }
-      const auto& d = stats[static_cast<std::size_t>(root)];
-      EXPECT_EQ(d.messages_received, rounds)
-          << "gather_tree, " << traffic_case(p, root) << ": dst receives once per round, "
-          << "ceil(log2 p) = " << rounds << " messages";
-      EXPECT_EQ(d.bytes_received, static_cast<std::uint64_t>(p - 1) * kBytes)
-          << "gather_tree, " << traffic_case(p, root) << ": dst receives each other rank's "
-          << "block exactly once";
+  const std::string fn = "gather_tree";
+  check_traffic(fn, true, [&](const auto& stats, int p, int root, const std::string& what) {
+    const auto rounds = static_cast<std::uint64_t>(collectives::ceil_log2(p));
+    for (int r = 0; r < p; ++r) {
+      expect_count(stats[static_cast<std::size_t>(r)].messages_sent, r == root ? 0u : 1u, fn, what,
+                   "rank " + std::to_string(r) +
+                       ": every rank except dst sends its subtree's blocks once, in one message, "
+                       "to its parent");
     }
-  }
+    const auto& d = stats[static_cast<std::size_t>(root)];
+    expect_count(
+        d.messages_received, rounds, fn, what,
+        "dst receives once per round, ceil(log2 p) = " + std::to_string(rounds) + " messages");
+    expect_count(d.bytes_received, static_cast<std::uint64_t>(p - 1) * kBytes, fn, what,
+                 "dst receives each other rank's block exactly once");
+  });
 }
 
 TEST(GatherTree, SimTime) {
-  const auto model = timing_model(false);
-  const std::size_t m = kTimeCount / 8;
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const int root = p - 1;
-    const double got = sim_time_of(time_case(p, m), "gather_tree", p, model, [&] {
-      std::vector<float> in(m, 1.0f), out(m * static_cast<std::size_t>(p));
-      collectives::gather_tree(in, out, root);
-    });
-    const double want = collectives::ceil_log2(p) * model.latency_s +
-                        static_cast<double>((p - 1) * m * sizeof(float)) / model.bandwidth_Bps;
-    expect_time(got, want, "gather_tree", time_case(p, m),
-                "ceil(log2 p) alpha + (p-1) m beta " + model_text(model, m * sizeof(float)),
-                "receive from the nearest child first (its subtree is ready first) and send "
-                "the whole subtree in one message");
-  }
+  check_time({"gather_tree", kBlock, flat(false), one_root([](int p) { return p - 1; }),
+              [](int p, const auto& m) {
+                return collectives::ceil_log2(p) * m.latency_s +
+                       static_cast<double>((p - 1) * kBlock * sizeof(float)) / m.bandwidth_Bps;
+              },
+              formula("ceil(log2 p) alpha + (p-1) m beta", kBlock),
+              "receive from the nearest child first (its subtree is ready first) and send the "
+              "whole subtree in one message"});
 }
 
 TEST(AllGatherRing, Values) {
   check_all_gather_values(collectives::all_gather_ring, "all_gather_ring", kWorldSizes, kCounts);
 }
 
-TEST(AllGatherRing, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    auto stats = traffic(traffic_case(p, -1), "all_gather_ring", p, [&] {
-      std::vector<float> in(kTrafficCount, 1.0f), out(kTrafficCount * static_cast<std::size_t>(p));
-      collectives::all_gather_ring(in, out);
-    });
-    if (stats.empty()) return;
-    Matrix msgs = zeros(p), bytes = zeros(p);
-    for (int r = 0; r < p; ++r) {
-      msgs[r][(r + 1) % p] = static_cast<std::uint64_t>(p - 1);
-      bytes[r][(r + 1) % p] = static_cast<std::uint64_t>(p - 1) * kBytes;
-    }
-    expect_pattern(stats, msgs, &bytes, "all_gather_ring", traffic_case(p, -1),
-                   "p-1 messages of one block each, only to the right neighbour rank+1");
+/// The rings of all-gather and reduce-scatter: p-1 messages of one block, to the right only.
+void fill_block_ring(Matrix& msgs, Matrix& bytes, int p, int) {
+  for (int r = 0; r < p; ++r) {
+    msgs[r][(r + 1) % p] = static_cast<std::uint64_t>(p - 1);
+    bytes[r][(r + 1) % p] = static_cast<std::uint64_t>(p - 1) * kBytes;
   }
 }
 
+TEST(AllGatherRing, Traffic) {
+  check_pattern("all_gather_ring", false, fill_block_ring,
+                "p-1 messages of one block each, only to the right neighbour rank+1");
+}
+
 TEST(AllGatherRing, SimTime) {
-  const auto model = timing_model(false);
-  const std::size_t m = kTimeCount / 8;
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const double got = sim_time_of(time_case(p, m), "all_gather_ring", p, model, [&] {
-      std::vector<float> in(m, 1.0f), out(m * static_cast<std::size_t>(p));
-      collectives::all_gather_ring(in, out);
-    });
-    const double want = (p - 1) * model.message_cost(0, 1, m * sizeof(float));
-    expect_time(got, want, "all_gather_ring", time_case(p, m),
-                "(p-1)(alpha + m beta) " + model_text(model, m * sizeof(float)),
-                "in each step send one block and receive another at the same time (isend + recv "
-                "+ wait)");
-  }
+  check_time({"all_gather_ring", kBlock, flat(false), nullptr,
+              [](int p, const auto& m) { return (p - 1) * cost(m, kBlock); },
+              formula("(p-1)(alpha + m beta)", kBlock),
+              "in each step send one block and receive another at the same time (isend + recv "
+              "+ wait)"});
 }
 
 TEST(ReduceScatterRing, Values) {
@@ -627,41 +597,18 @@ TEST(ReduceScatterRing, Values) {
 }
 
 TEST(ReduceScatterRing, Traffic) {
-  for (int p : kTrafficSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    auto stats = traffic(traffic_case(p, -1), "reduce_scatter_ring", p, [&] {
-      std::vector<float> in(kTrafficCount * static_cast<std::size_t>(p), 1.0f), out(kTrafficCount);
-      collectives::reduce_scatter_ring(in, out, ReduceOp::Sum);
-    });
-    if (stats.empty()) return;
-    Matrix msgs = zeros(p), bytes = zeros(p);
-    for (int r = 0; r < p; ++r) {
-      msgs[r][(r + 1) % p] = static_cast<std::uint64_t>(p - 1);
-      bytes[r][(r + 1) % p] = static_cast<std::uint64_t>(p - 1) * kBytes;
-    }
-    expect_pattern(stats, msgs, &bytes, "reduce_scatter_ring", traffic_case(p, -1),
-                   "p-1 messages of one chunk (out.size() floats) each, only to the right "
-                   "neighbour rank+1");
-  }
+  check_pattern("reduce_scatter_ring", false, fill_block_ring,
+                "p-1 messages of one chunk (out.size() floats) each, only to the right neighbour "
+                "rank+1");
 }
 
 TEST(ReduceScatterRing, SimTime) {
-  const auto model = timing_model(true);
-  const std::size_t m = kTimeCount / 8;
-  for (int p : kWorldSizes) {
-    if (::testing::Test::HasFailure()) return;  // report the first failing case only
-    const double got =
-        sim_time_of(time_case(p, m) + " per rank", "reduce_scatter_ring", p, model, [&] {
-          std::vector<float> in(m * static_cast<std::size_t>(p), 1.0f), out(m);
-          collectives::reduce_scatter_ring(in, out, ReduceOp::Sum);
-        });
-    const std::size_t b = m * sizeof(float);
-    const double want = (p - 1) * (model.message_cost(0, 1, b) + model.reduce_cost(b));
-    expect_time(got, want, "reduce_scatter_ring", time_case(p, m),
-                "(p-1)(alpha + m beta + m gamma) " + model_text(model, b),
-                "in each step send and receive at the same time (isend + recv + wait), then "
-                "reduce one chunk once");
-  }
+  check_time(
+      {"reduce_scatter_ring", kBlock, flat(true), nullptr,
+       [](int p, const auto& m) { return (p - 1) * (cost(m, kBlock) + reduce_time(m, kBlock)); },
+       formula("(p-1)(alpha + m beta + m gamma)", kBlock),
+       "in each step send and receive at the same time (isend + recv + wait), then reduce "
+       "one chunk once"});
 }
 
 TEST(ReduceScatterRing, SimTimeWithReductionCostMatchesTheReference) {
