@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   c.model.log_every = 10;
   std::string mode = "sync";
   double compute_ms = 1.0;
-  float target = 2.0f;
+  float target = 3.3f;
   bool compare = false, sweep = false;
   std::string csv_path;
   CLI::App app{

@@ -210,6 +210,41 @@ inline AsyncRun run_async(const mlp::Config& c, const datasets::Split& data, int
   return run;
 }
 
+/// The asynchronous oracle: replays the server's log in one process. Update i comes from worker
+/// w = source - 1 and is that worker's t-th gradient (batch dp::global_batch_index(t, w,
+/// workers)), computed at weights version i - staleness_i; the server applies it on its own
+/// (w -= learning_rate * g). Returns the weights after the last update; an impossible staleness
+/// (negative or beyond the start) is a test failure.
+inline std::vector<float> replay_async(const mlp::Config& c, const datasets::Split& data,
+                                       int workers, const ps::ServerLog& log) {
+  mlp::MLP model(c, c.seed + 2);
+  const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
+  mlp::Matrix x, probs, dlogits;
+  mlp::Labels y;
+  std::vector<std::vector<float>> versions{ps::flat_values(model)};
+  std::vector<std::int64_t> t(static_cast<std::size_t>(workers), 0);
+  for (std::size_t i = 0; i < log.source.size(); ++i) {
+    const int w = log.source[i] - 1;
+    const int v = static_cast<int>(i) - log.staleness[i];
+    if (w < 0 || w >= workers || v < 0 || v > static_cast<int>(i)) {
+      ADD_FAILURE() << "update " << i << ": source " << log.source[i] << ", staleness "
+                    << log.staleness[i] << " is impossible";
+      return {};
+    }
+    ps::set_values(model, versions[static_cast<std::size_t>(v)]);
+    loader.load(dp::global_batch_index(t[static_cast<std::size_t>(w)]++, w, workers), x, y);
+    const mlp::Matrix& logits = model.forward(x);
+    mlp::softmax_cross_entropy_forward(logits, y, probs);
+    mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+    model.backward(dlogits);
+    const std::vector<float> g = ps::flat_grads(model);
+    std::vector<float> next = versions.back();
+    for (std::size_t j = 0; j < next.size(); ++j) next[j] -= c.learning_rate * g[j];
+    versions.push_back(std::move(next));
+  }
+  return versions.back();
+}
+
 /// The lead of each update's worker over the slowest, replayed from the order of the sources:
 /// when worker w's t-th push arrives, it computed that gradient after being released with
 /// t-1 pushes while the slowest had at most min(pushes) -- the SSP invariant is

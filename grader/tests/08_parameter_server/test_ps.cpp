@@ -184,6 +184,19 @@ TEST(Async, EqualWorkersGiveStalenessWMinusOne) {
   }
 }
 
+TEST(Async, WeightsReplayFromTheLog) {
+  // The server's weights equal a one-process replay of its log: each update is the gradient of
+  // the worker's next batch at the version the staleness names, applied on its own.
+  const mlp::Config c = small_config();
+  for (double straggler : {1.0, 4.0}) {
+    const AsyncRun run = run_async(c, small_data(), 3, 30, -1, 1e-3, straggler);
+    ASSERT_EQ(run.log.source.size(), 30u);
+    const std::vector<float> want = replay_async(c, small_data(), 3, run.log);
+    EXPECT_TRUE(distlab::testing::elements_near(run.weights, want, kRelTol, kAbsTol))
+        << "straggler " << straggler;
+  }
+}
+
 TEST(Async, EveryWorkerStopsAndPushesAreCounted) {
   const mlp::Config c = small_config();
   const AsyncRun run = run_async(c, small_data(), 3, 25, -1, 1e-3, 4.0);
