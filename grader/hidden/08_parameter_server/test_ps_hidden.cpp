@@ -63,6 +63,8 @@ TEST(HiddenTraffic, ManyWorkersAndServers) {
     const int world = workers + servers;
     for (int r = 0; r < world; ++r) {
       const dist::Stats& st = run.ranks[static_cast<std::size_t>(r)].stats;
+      ASSERT_EQ(st.bytes_sent_to.size(), static_cast<std::size_t>(world))
+          << "rank " << r << " did not finish";
       EXPECT_EQ(st.builtin_collectives, 0u) << "rank " << r;
       for (int q = 0; q < world; ++q) {
         const bool talk = (r < servers) != (q < servers);

@@ -95,6 +95,8 @@ void traffic(int workers, int servers) {
   const std::string what = sync_name(workers, servers);
   for (int r = 0; r < world; ++r) {
     const dist::Stats& st = run.ranks[static_cast<std::size_t>(r)].stats;
+    ASSERT_EQ(st.bytes_sent_to.size(), static_cast<std::size_t>(world))
+        << "rank " << r << " did not finish";
     EXPECT_EQ(st.builtin_collectives, 0u) << what << ": rank " << r << " called a collective";
     for (int q = 0; q < world; ++q) {
       const auto Q = static_cast<std::size_t>(q);
@@ -208,10 +210,12 @@ TEST(Async, EveryWorkerStopsAndPushesAreCounted) {
   for (int k = 0; k < 3; ++k) {
     // Each worker pushed what was applied plus at most one gradient that met the stop.
     const int pushed = run.pushed[static_cast<std::size_t>(k)];
+    ASSERT_GE(pushed, 0) << "worker " << k << " did not return from async_worker";
     EXPECT_GE(pushed, applied[k + 1]) << "worker " << k;
     EXPECT_LE(pushed, applied[k + 1] + 1) << "worker " << k;
     total += pushed;
     // One push message per gradient, one reply each.
+    ASSERT_EQ(run.stats[static_cast<std::size_t>(k + 1)].messages_sent_to.size(), 4u);
     EXPECT_EQ(run.stats[static_cast<std::size_t>(k + 1)].messages_sent_to[0],
               static_cast<std::uint64_t>(pushed));
   }
