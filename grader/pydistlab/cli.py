@@ -132,12 +132,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--hostfile", default=None, help="mpirun --hostfile")
     r.set_defaults(passthrough=True)
 
-    be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives|pipeline [--plot FILE.png] [ARGS]")
-    be.add_argument("what", choices=["collectives", "pipeline"])
+    be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives|pipeline|ps [--plot FILE.png] [ARGS]")
+    be.add_argument("what", choices=["collectives", "pipeline", "ps"])
     be.add_argument("--plot", default=None, metavar="FILE.png",
                     help="collectives: simulated time vs size per algorithm (from run_03_collectives --csv); "
                          "pipeline: bubble fraction and peak stash vs microbatches per schedule "
-                         "(from run_07_pipeline --sweep --csv)")
+                         "(from run_07_pipeline --sweep --csv); "
+                         "ps: step time vs workers per layout and test loss vs simulated time per mode "
+                         "(from run_08_parameter_server --sweep --compare --csv)")
     be.add_argument("--no-mpi", action="store_true", help="skip the Open MPI comparison")
     be.set_defaults(passthrough=True)
 

@@ -4,6 +4,10 @@
 //   send / recv        MPI_Issend / MPI_Irecv, then a polled wait (send is synchronous, like the
 //                      threads backend: it returns once the matching recv has started taking it)
 //   isend / irecv      MPI_Issend / MPI_Irecv; Work::is_completed = MPI_Test, wait = polled test
+//   recv_any/irecv_any MPI_Irecv from MPI_ANY_SOURCE; the source is the status's MPI_SOURCE. Which
+//                      message is taken depends on real timing (the threads backend's choice by
+//                      simulated arrival is deterministic; this one is not): results may vary
+//                      between runs. Counted as received from that source once complete.
 //   barrier            MPI_Ibarrier
 //   broadcast ...      MPI_Ibcast, MPI_Ireduce, MPI_Iallreduce, MPI_Igather, MPI_Iallgather,
 //   reduce_scatter     MPI_Iscatter, MPI_Ireduce_scatter_block; Avg = MPI_SUM, then divide
@@ -98,6 +102,9 @@ class MpiWork : public WorkImpl {
         on_done_(std::move(on_done)) {}
   bool is_completed() override;
   void wait() override;
+  int source_rank() override;
+  /// Makes this the handle of an any-source receive (its source is read from the status).
+  void set_any_source() { any_source_ = true; }
 
  private:
   void complete(const MPI_Status& status);
@@ -107,6 +114,8 @@ class MpiWork : public WorkImpl {
   std::string what_;
   std::function<void(const MPI_Status&)> on_done_;
   bool done_ = false;
+  bool any_source_ = false;
+  int source_ = -1;
   std::exception_ptr error_;
 };
 
@@ -139,6 +148,13 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
   }
   Work irecv(void* buf, std::size_t count, DataType type, int src, int tag) override {
     return Work(irecv_impl(buf, count, type, src, tag, "irecv"));
+  }
+  int recv_any(void* buf, std::size_t count, DataType type, int tag) override {
+    auto work = irecv_impl(buf, count, type, MPI_ANY_SOURCE, tag, "recv_any");
+    return work->source_rank();  // waits
+  }
+  Work irecv_any(void* buf, std::size_t count, DataType type, int tag) override {
+    return Work(irecv_impl(buf, count, type, MPI_ANY_SOURCE, tag, "irecv_any"));
   }
 
   void barrier() override {
@@ -286,20 +302,31 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
     MPI_Request req;
     DIST_MPI_CHECK(
         MPI_Irecv(buf, n, mpi_type(type), src, mpi_tag(tag, type, fn), job_.comm(), &req));
-    count_message(stats_, Direction::Received, src, count * size_of(type));
-    std::string what = describe(fn, "src", src, tag, count, type);
+    const bool any = src == MPI_ANY_SOURCE;
+    // An any-source receive is counted once its source is known (on completion).
+    if (!any) count_message(stats_, Direction::Received, src, count * size_of(type));
+    std::string what = any ? std::string(fn) + "(tag=" + std::to_string(tag) + ", " +
+                                 std::to_string(count) + " x " + to_string(type) + ")"
+                           : describe(fn, "src", src, tag, count, type);
     const int me = rank();
-    return std::make_shared<MpiWork>(shared_from_this(), req, what, [=](const MPI_Status& status) {
-      int got = 0;
-      DIST_MPI_CHECK(MPI_Get_count(&status, mpi_type(type), &got));
-      if (got != n) {
-        std::ostringstream os;
-        os << "rank " << me << ": " << what << ": rank " << src << " sent " << got
-           << " elements but this recv expects " << n
-           << ": a send and its recv must agree on element type and count";
-        throw MismatchError(os.str());
-      }
-    });
+    Stats* stats = &stats_;
+    auto work =
+        std::make_shared<MpiWork>(shared_from_this(), req, what, [=](const MPI_Status& status) {
+          int got = 0;
+          DIST_MPI_CHECK(MPI_Get_count(&status, mpi_type(type), &got));
+          if (got != n) {
+            std::ostringstream os;
+            os << "rank " << me << ": " << what << ": rank " << status.MPI_SOURCE << " sent " << got
+               << " elements but this recv expects " << n
+               << ": a send and its recv must agree on element type and count";
+            throw MismatchError(os.str());
+          }
+          if (any) {
+            count_message(*stats, Direction::Received, status.MPI_SOURCE, count * size_of(type));
+          }
+        });
+    if (any) work->set_any_source();
+    return work;
   }
 
   mpi::MpiJob job_;
@@ -348,8 +375,15 @@ void MpiWork::wait() {
   if (error_) std::rethrow_exception(error_);
 }
 
+int MpiWork::source_rank() {
+  if (!any_source_) return WorkImpl::source_rank();
+  wait();
+  return source_;
+}
+
 void MpiWork::complete(const MPI_Status& status) {
   done_ = true;
+  if (any_source_) source_ = status.MPI_SOURCE;
   if (on_done_) {
     try {
       on_done_(status);

@@ -25,6 +25,23 @@ Work NcclBackend::irecv(void* buf, std::size_t count, DataType type, int src, in
                                          queue_p2p(false, buf, count, type, src, "irecv")));
 }
 
+namespace {
+[[noreturn]] void refuse_any_source(int rank, const char* fn) {
+  throw Error("rank " + std::to_string(rank) + ": " + fn +
+              ": the NCCL backend cannot receive from any source (ncclRecv must name its peer); "
+              "run this program on the threads or MPI backend, or receive from each rank in turn "
+              "with recv(src)");
+}
+}  // namespace
+
+int NcclBackend::recv_any(void*, std::size_t, DataType, int) {
+  refuse_any_source(rank_, "recv_any");
+}
+
+Work NcclBackend::irecv_any(void*, std::size_t, DataType, int) {
+  refuse_any_source(rank_, "irecv_any");
+}
+
 void NcclBackend::barrier() {
   ++stats_.barriers;
   auto op = begin("barrier()");

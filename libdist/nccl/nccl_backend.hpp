@@ -23,7 +23,8 @@
 // ncclGroupStart/End when the program next waits or calls any other operation, so the usual
 // "post all isends and irecvs, then wait" exchange cannot deadlock on the single stream. A blocking
 // send/recv launches the queue with itself. A count mismatch is not detected (NCCL does not report
-// it): test exchange code on the threads backend first.
+// it): test exchange code on the threads backend first. recv_any/irecv_any are refused with a
+// dist::Error (NCCL's ncclRecv must name its peer; there is no any-source receive to map them to).
 //
 // Every CUDA and NCCL call is checked; failures throw dist::Error with the library's own string
 // (cudaGetErrorString, ncclGetErrorString + ncclGetLastError) and file:line.
@@ -176,6 +177,9 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
   void recv(void* buf, std::size_t count, DataType type, int src, int) override;
   Work isend(const void* buf, std::size_t count, DataType type, int dst, int) override;
   Work irecv(void* buf, std::size_t count, DataType type, int src, int) override;
+  /// NCCL has no receive from any source: both throw dist::Error saying what to do instead.
+  int recv_any(void* buf, std::size_t count, DataType type, int tag) override;
+  Work irecv_any(void* buf, std::size_t count, DataType type, int tag) override;
   void barrier() override;
 
   // ---- collectives ----------------------------------------------------------------------------

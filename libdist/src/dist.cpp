@@ -134,6 +134,17 @@ const LaunchOptions& options() {
   return *detail::current_options();
 }
 
+int detail::WorkImpl::source_rank() {
+  throw Error(
+      "Work::source_rank(): only a handle from irecv_any has a source (this one names its peer "
+      "itself)");
+}
+
+int Work::source_rank() {
+  if (!impl_) throw Error("Work::source_rank(): an empty Work has no source");
+  return impl_->source_rank();
+}
+
 void wait_all(std::span<Work> works) {
   for (auto& w : works) w.wait();
 }
@@ -217,6 +228,14 @@ void sim_reduce(std::size_t bytes) { detail::current().sim_reduce(bytes); }
     check_peer("irecv", "src", src);                                                             \
     check_tag("irecv", tag);                                                                     \
     return detail::current().irecv(buf.data(), buf.size(), type_of<T>(), src, tag);              \
+  }                                                                                              \
+  int recv_any(std::span<T> buf, int tag) {                                                      \
+    check_tag("recv_any", tag);                                                                  \
+    return detail::current().recv_any(buf.data(), buf.size(), type_of<T>(), tag);                \
+  }                                                                                              \
+  Work irecv_any(std::span<T> buf, int tag) {                                                    \
+    check_tag("irecv_any", tag);                                                                 \
+    return detail::current().irecv_any(buf.data(), buf.size(), type_of<T>(), tag);               \
   }                                                                                              \
   void broadcast(std::span<T> buf, int src) {                                                    \
     check_peer("broadcast", "src", src);                                                         \

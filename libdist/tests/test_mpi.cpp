@@ -158,6 +158,39 @@ TEST(Mpi, TagsMatchOutOfOrder) {
   });
 }
 
+TEST(Mpi, RecvAnyTakesEveryRankOnceAndReturnsItsSource) {
+  // Which source comes first depends on real timing under MPI: check the set, not the order.
+  if (job_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  run([] {
+    const int r = dist::rank();
+    const int p = dist::world_size();
+    std::vector<std::int32_t> x{r, 10 * r};
+    if (r == 0) {
+      std::vector<int> seen;
+      const dist::Stats before = dist::stats();
+      for (int k = 1; k < p; ++k) {
+        const int src = k % 2 ? dist::recv_any(std::span<std::int32_t>(x), 6)
+                              : dist::irecv_any(std::span<std::int32_t>(x), 6).source_rank();
+        EXPECT_EQ(x[0], src);
+        EXPECT_EQ(x[1], 10 * src);
+        seen.push_back(src);
+      }
+      std::sort(seen.begin(), seen.end());
+      std::vector<int> all(static_cast<std::size_t>(p - 1));
+      std::iota(all.begin(), all.end(), 1);
+      EXPECT_EQ(seen, all);
+      const dist::Stats after = dist::stats();
+      for (int q = 1; q < p; ++q) {
+        EXPECT_EQ(after.bytes_received_from[static_cast<std::size_t>(q)] -
+                      before.bytes_received_from[static_cast<std::size_t>(q)],
+                  8u);
+      }
+    } else {
+      dist::send(std::span<const std::int32_t>(x), 0, 6);
+    }
+  });
+}
+
 TEST(Mpi, WorkCompletesAndMayBeWaitedTwice) {
   run([] {
     const int p = dist::world_size(), r = dist::rank();

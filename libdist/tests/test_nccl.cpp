@@ -161,6 +161,21 @@ TYPED_TEST(NcclTyped, BroadcastGatherScatterAllGatherReduceScatter) {
   });
 }
 
+TEST(Nccl, ReceiveFromAnySourceIsRefusedWithAClearError) {
+  SKIP_WITHOUT_GPU();
+  run([] {
+    std::vector<float> x(4);
+    try {
+      (void)dist::recv_any(std::span<float>(x));
+      ADD_FAILURE() << "recv_any returned on the NCCL backend";
+    } catch (const dist::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cannot receive from any source"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW((void)dist::irecv_any(std::span<float>(x)), dist::Error);
+  });
+}
+
 TEST(Nccl, PointToPointRingWithIsendIrecv) {
   SKIP_WITHOUT_GPU();
   run([] {

@@ -14,8 +14,16 @@ std::string describe_count(std::size_t count, DataType type) {
 std::string P2POp::describe() const {
   std::ostringstream os;
   if (!blocking) os << "wait on ";
-  os << (blocking ? "" : "i") << (is_send ? "send(dst=" : "recv(src=") << peer << ", tag=" << tag
-     << ", " << describe_count(count, type) << ")";
+  os << (blocking ? "" : "i");
+  if (any_source && peer == kAnySource) {
+    os << "recv_any(tag=" << tag;
+  } else {
+    os << (is_send      ? "send(dst="
+           : any_source ? "recv_any(src="
+                        : "recv(src=")
+       << peer << ", tag=" << tag;
+  }
+  os << ", " << describe_count(count, type) << ")";
   return os.str();
 }
 
@@ -88,10 +96,20 @@ std::string Engine::deadlock_hint_locked() const {
                       "parity is also correct but takes two message times per step");
     }
   }
+  // An any-source recv that no rank sends to with its tag.
+  for (int a = 0; a < p_ && hints.empty(); ++a) {
+    const P2POp* x = p2p(a);
+    if (!x || !x->any_source) continue;
+    hints.push_back("rank " + std::to_string(a) + " waits in recv_any for a message with tag " +
+                    std::to_string(x->tag) +
+                    " and no rank has sent one: check the tag and that some rank still sends "
+                    "to rank " +
+                    std::to_string(a));
+  }
   // A recv whose peer sends with another tag, or waits for a finished rank.
   for (int a = 0; a < p_; ++a) {
     const P2POp* x = p2p(a);
-    if (!x || x->is_send) continue;
+    if (!x || x->is_send || x->any_source) continue;
     if (rank_state(x->peer).state == RunState::Finished) {
       hints.push_back("rank " + std::to_string(a) + " waits for a message from rank " +
                       std::to_string(x->peer) +
@@ -182,6 +200,15 @@ std::string Engine::send_recv_mismatch(const P2POp& s, const P2POp& rv) {
      << " to rank " << rv.owner << " (tag " << s.tag << ") but rank " << rv.owner << " receives "
      << describe_count(rv.count, rv.type) << " from rank " << s.owner << " (tag " << rv.tag
      << "); a send and its recv must have the same element type and count";
+  return os.str();
+}
+
+std::string Engine::any_source_conflict(int r, const P2POp& posted, const P2POp& pending) {
+  std::ostringstream os;
+  os << "rank " << r << " posted " << posted.describe() << " while its " << pending.describe()
+     << " is pending with the same tag: which of the two takes the next "
+     << "message with that tag would depend on timing on a real network (MPI matches in posting "
+     << "order); wait for one before posting the other, or use distinct tags";
   return os.str();
 }
 

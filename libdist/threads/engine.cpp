@@ -14,6 +14,7 @@ Engine::Engine(const LaunchOptions& options, std::function<void()> body)
     reset_stats(r);
   }
   boxes_.resize(static_cast<std::size_t>(p_));
+  any_recvs_.resize(static_cast<std::size_t>(p_));
   thread_done_.assign(static_cast<std::size_t>(p_), 0);
   tracing_ = !opts_.trace_path.empty();
 }
@@ -106,6 +107,11 @@ void Engine::fail_locked(int r, std::exception_ptr e) {
 
 void Engine::check_deadlock_locked() {
   if (failed_ || blocked_ == 0 || blocked_ + finished_ != p_) return;
+  // Nothing else can happen now: the moment to decide receives from any source. Each decision
+  // may wake a rank (then this is no deadlock) or not (then decide the next one).
+  while (resolve_any_locked()) {
+    if (failed_ || blocked_ + finished_ != p_) return;
+  }
   int lowest = 0;
   while (rank_state(lowest).state == RunState::Finished) ++lowest;
   fail_msg_ = deadlock_report_locked();

@@ -14,6 +14,7 @@
 //   wait_policy.hpp  spin / yield / sleep
 //   link_model.hpp   the cost of a message on the simulated clock (also used by schedules.cpp)
 //   p2p.cpp          posting, matching and completing send/recv/isend/irecv
+//   any_source.cpp   recv_any/irecv_any: the deterministic choice (earliest simulated arrival)
 //   collectives.cpp  built-in collectives: arrival, data movement, results
 //   schedules.cpp    the message schedules the built-in collectives charge
 //   diagnostics.cpp  the texts of deadlock, timeout and mismatch errors
@@ -91,6 +92,7 @@ class Engine {
   std::shared_ptr<P2POp> post(int r, bool is_send, bool blocking, const void* sbuf, void* rbuf,
                               std::size_t count, DataType type, int peer, int tag);
   void wait_p2p(int r, const std::shared_ptr<P2POp>& op);
+  // receives from any source (any_source.cpp); post() with peer == kAnySource starts one
   bool p2p_completed(int r, const std::shared_ptr<P2POp>& op);
 
   // collectives (collectives.cpp)
@@ -128,6 +130,7 @@ class Engine {
   std::string poll_timeout_report(int r, const std::string& what,
                                   std::chrono::milliseconds polled) const;
   static std::string send_recv_mismatch(const P2POp& send, const P2POp& recv);
+  static std::string any_source_conflict(int r, const P2POp& posted, const P2POp& pending);
   static std::string collective_mismatch(std::uint64_t seq, int first_rank, const CollCall& first,
                                          int r, const CollCall& call);
   static std::string leaked_work_report(const std::string& leaks);
@@ -136,6 +139,11 @@ class Engine {
   void complete_p2p(int r, P2POp& op);
   void withdraw_locked(int r, const P2POp& op);
   Queues& queues_locked(int src, int dst, int tag);
+  // any_source.cpp
+  void post_any_locked(int r, const std::shared_ptr<P2POp>& op);
+  void check_any_conflict_locked(int r, const P2POp& op) const;
+  bool resolve_any_locked();
+  bool try_resolve_for_poll(const std::shared_ptr<P2POp>& op);
   // collectives.cpp
   std::shared_ptr<CollSlot> arrive_locked(int r, const CollCall& call, std::uint64_t seq);
   void finalize_slot_locked(CollSlot& slot);
@@ -157,6 +165,7 @@ class Engine {
   std::string fail_msg_;
   std::exception_ptr first_error_;
   std::vector<std::unordered_map<std::uint64_t, Queues>> boxes_;  // [dst][(src, tag)]
+  std::vector<std::vector<std::shared_ptr<P2POp>>> any_recvs_;    // [dst]: unmatched, in order
   std::map<std::uint64_t, std::shared_ptr<CollSlot>> slots_;
   // launch bookkeeping
   int threads_done_ = 0;

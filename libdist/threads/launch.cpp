@@ -17,6 +17,11 @@ class P2PWork final : public WorkImpl {
   P2PWork(Engine* e, int r, std::shared_ptr<P2POp> op) : e_(e), r_(r), op_(std::move(op)) {}
   bool is_completed() override { return e_->p2p_completed(r_, op_); }
   void wait() override { e_->wait_p2p(r_, op_); }
+  int source_rank() override {
+    if (!op_->any_source) return WorkImpl::source_rank();
+    e_->wait_p2p(r_, op_);
+    return op_->peer;
+  }
 
  private:
   Engine* e_;
@@ -55,6 +60,15 @@ class RankBackend final : public BackendImpl {
   Work irecv(void* buf, std::size_t count, DataType type, int src, int tag) override {
     return Work(std::make_shared<P2PWork>(
         e_, r_, e_->post(r_, false, false, nullptr, buf, count, type, src, tag)));
+  }
+  int recv_any(void* buf, std::size_t count, DataType type, int tag) override {
+    auto op = e_->post(r_, false, true, nullptr, buf, count, type, kAnySource, tag);
+    e_->wait_p2p(r_, op);
+    return op->peer;
+  }
+  Work irecv_any(void* buf, std::size_t count, DataType type, int tag) override {
+    return Work(std::make_shared<P2PWork>(
+        e_, r_, e_->post(r_, false, false, nullptr, buf, count, type, kAnySource, tag)));
   }
   void barrier() override {
     e_->collective(r_, make(CollKind::Barrier, nullptr, nullptr, 0, DataType::Float32));

@@ -16,12 +16,18 @@
 
 namespace dist::detail::fake {
 
-/// A send or recv posted by `owner`; matched by (source, tag) in FIFO order (p2p.cpp).
+/// The peer of an any-source recv before it is matched.
+inline constexpr int kAnySource = -1;
+
+/// A send or recv posted by `owner`; matched by (source, tag) in FIFO order (p2p.cpp), or, for
+/// an any-source recv, by the earliest simulated arrival (any_source.cpp).
 struct P2POp {
   bool is_send = false;
-  bool blocking = false;  // send/recv (true) or isend/irecv (false); for messages only
-  int owner = 0;          // the rank that posted it
-  int peer = 0;           // dst for a send, src for a recv
+  bool blocking = false;    // send/recv (true) or isend/irecv (false); for messages only
+  int owner = 0;            // the rank that posted it
+  int peer = 0;             // dst for a send, src for a recv (kAnySource until an any-source
+                            // recv is matched, then its source)
+  bool any_source = false;  // recv_any / irecv_any (any_source.cpp)
   int tag = 0;
   const void* sbuf = nullptr;
   void* rbuf = nullptr;
@@ -35,7 +41,8 @@ struct P2POp {
   std::string error;                     // non-empty: mismatch (set before done)
 
   std::size_t bytes() const { return count * size_of(type); }
-  /// "send(dst=1, tag=0, 16 floats)"; "wait on isend(...)" for a non-blocking one (diagnostics.cpp).
+  /// "send(dst=1, tag=0, 16 floats)"; "wait on isend(...)" for a non-blocking one;
+  /// "recv_any(tag=0, 16 floats)" for an unmatched any-source recv (diagnostics.cpp).
   std::string describe() const;
 };
 

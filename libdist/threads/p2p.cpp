@@ -1,5 +1,6 @@
 // Point-to-point on the threads engine: send/recv/isend/irecv are posted into per-(source, tag)
-// FIFO queues of the destination, matched there (no wildcards), and completed by their owner.
+// FIFO queues of the destination, matched there, and completed by their owner. Receives from any
+// source wait beside the queues until the engine decides them (any_source.cpp).
 // send is synchronous: it returns only once the matching recv took the data (docs/fake_dist.md).
 #include <algorithm>
 #include <cstring>
@@ -20,6 +21,12 @@ Queues& Engine::queues_locked(int src, int dst, int tag) {
 }
 
 void Engine::withdraw_locked(int r, const P2POp& op) {
+  if (op.any_source) {
+    auto& v = any_recvs_[static_cast<std::size_t>(r)];
+    auto it = std::find_if(v.begin(), v.end(), [&](const auto& x) { return x.get() == &op; });
+    if (it != v.end()) v.erase(it);
+    return;
+  }
   auto& box = op.is_send ? queues_locked(r, op.peer, op.tag) : queues_locked(op.peer, r, op.tag);
   auto& q = op.is_send ? box.sends : box.recvs;
   auto it = std::find_if(q.begin(), q.end(), [&](const auto& x) { return x.get() == &op; });
@@ -55,6 +62,7 @@ std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const vo
   op->count = count;
   op->type = type;
   op->post_clock = me.link.clock;
+  op->any_source = !is_send && peer == kAnySource;
   if (is_send) {
     op->wire = post_message(me.link, opts_.network.message_cost(r, peer, op->bytes()));
     count_message(me.stats, Direction::Sent, peer, op->bytes());
@@ -62,6 +70,12 @@ std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const vo
   {
     std::lock_guard<std::mutex> g(mu_);
     if (failed_) throw_failure_locked();
+    if (!is_send) check_any_conflict_locked(r, *op);
+    if (op->any_source) {
+      post_any_locked(r, op);
+      if (!blocking) me.outstanding.push_back(op);
+      return op;
+    }
     // A send waits in its destination's queue for (r, tag); a recv in its own for (peer, tag).
     Queues& q = is_send ? queues_locked(r, peer, tag) : queues_locked(peer, r, tag);
     auto& partners = is_send ? q.recvs : q.sends;
@@ -91,6 +105,7 @@ void Engine::complete_p2p(int r, P2POp& op) {
   if (tracing_) {
     TraceEvent ev;
     ev.name = op.is_send ? (op.blocking ? "send" : "isend") : (op.blocking ? "recv" : "irecv");
+    if (op.any_source) ev.name += "_any";
     ev.t0 = op.post_clock;
     ev.t1 = me.link.clock;
     ev.peer = op.peer;
@@ -102,8 +117,10 @@ void Engine::complete_p2p(int r, P2POp& op) {
 
 void Engine::wait_p2p(int r, const std::shared_ptr<P2POp>& op) {
   // Spin briefly without the mutex (the partner is usually about to match), then block.
-  if (!wait_.spin_until([&] { return op->done.load(std::memory_order_acquire); },
-                        &rank_state(op->peer).cpu)) {
+  // An any-source recv is decided only when every other rank waits: no spinning for it.
+  if (op->any_source ? !op->done.load(std::memory_order_acquire)
+                     : !wait_.spin_until([&] { return op->done.load(std::memory_order_acquire); },
+                                         &rank_state(op->peer).cpu)) {
     std::unique_lock<std::mutex> lk(mu_);
     Pending what;
     what.kind = Pending::P2P;
@@ -124,6 +141,7 @@ void Engine::wait_p2p(int r, const std::shared_ptr<P2POp>& op) {
 bool Engine::p2p_completed(int r, const std::shared_ptr<P2POp>& op) {
   if (op->done.load(std::memory_order_acquire)) return true;
   throw_if_failed();
+  if (op->any_source && try_resolve_for_poll(op)) return true;
   check_poll_timeout(r, op->first_poll, op->describe().substr(8));  // drop "wait on "
   return false;
 }

@@ -13,6 +13,11 @@
 (bubble fraction and stage 0's peak stash vs the number of microbatches for the naive, GPipe and
 1F1B schedules, equal stages, on the simulated clock, next to the formulas); with --plot, both
 against m in one figure, drawn by plot_pipeline.py.
+
+`./distlab bench ps [--plot FILE.png] [ARGS for run_08_parameter_server]`: run_08_parameter_server
+--sweep --compare with 4 workers and a 4x straggler (one synchronous step's simulated time vs the
+number of workers for one server, 2 and 4 servers and the ring all-reduce; test loss vs simulated
+time for sync, async and ssp); with --plot, both in one figure, drawn by plot_ps.py.
 """
 from __future__ import annotations
 
@@ -80,21 +85,36 @@ PIPELINE_PLOT_PROGRAM = Path(__file__).with_name("plot_pipeline.py")
 
 def pipeline(a: argparse.Namespace) -> int:
     """run_07_pipeline --sweep (the student's build in a student repository, else the reference)."""
+    return _program_plot(a, "07_pipeline", ["--sweep"], PIPELINE_PLOT_PROGRAM)
+
+
+PS_PLOT_PROGRAM = Path(__file__).with_name("plot_ps.py")
+
+
+def ps(a: argparse.Namespace) -> int:
+    """run_08_parameter_server --sweep --compare with 4 workers and a 4x straggler."""
+    return _program_plot(a, "08_parameter_server",
+                         ["--world-size", "5", "--sweep", "--compare", "--straggler", "4"], PS_PLOT_PROGRAM)
+
+
+def _program_plot(a: argparse.Namespace, module: str, flags: list[str], plot_program: Path) -> int:
+    """Runs the module's program with `flags` and --csv, then (--plot) plot_program on the data."""
     solutions = not is_release()
-    build_dir = build.ensure_built("default", solutions, ["run_07_pipeline"])
-    exe = build_dir / "bin" / "run_07_pipeline"
+    target = f"run_{module}"
+    build_dir = build.ensure_built("default", solutions, [target])
+    exe = build_dir / "bin" / target
     if not exe.is_file():
-        raise DistlabError(f"{rel(exe)} does not exist yet: the 07_pipeline program is needed")
+        raise DistlabError(f"{rel(exe)} does not exist yet: the {module} program is needed")
     args = list(a.args)
     if args and args[0] == "--":
         args = args[1:]
     with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "pipeline.csv"
-        cmd = [str(exe), "--sweep", "--csv", str(data), *args]
+        data = Path(tmp) / f"{module}.csv"
+        cmd = [str(exe), *flags, "--csv", str(data), *args]
         print("$ " + " ".join(cmd), flush=True)
         r = subprocess.run(cmd)
         if r.returncode != 0 or not data.is_file():
-            raise DistlabError(f"run_07_pipeline --sweep failed (status {r.returncode}; its message is above)")
+            raise DistlabError(f"{target} {' '.join(flags)} failed (status {r.returncode}; its message is above)")
         if not a.plot:
             return 0
         png = Path(a.plot).resolve()
@@ -105,7 +125,7 @@ def pipeline(a: argparse.Namespace) -> int:
             print("matplotlib is not installed, so no plot (sudo apt-get install -y python3-matplotlib); "
                   f"the table is above, the data in {kept}")
             return 0
-        p = subprocess.run([py, str(PIPELINE_PLOT_PROGRAM), str(data), str(png)], capture_output=True, text=True)
+        p = subprocess.run([py, str(plot_program), str(data), str(png)], capture_output=True, text=True)
         if p.returncode != 0:
             print(f"matplotlib failed: {p.stderr[-1000:]}")
             return 1
@@ -116,6 +136,8 @@ def pipeline(a: argparse.Namespace) -> int:
 def main(a: argparse.Namespace) -> int:
     if a.what == "pipeline":
         return pipeline(a)
+    if a.what == "ps":
+        return ps(a)
     if a.plot:
         return plot(Path(a.plot).resolve())
     build_dir = build.ensure_built("default", False, ["distlab_dist"])

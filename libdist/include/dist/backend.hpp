@@ -30,6 +30,9 @@ class BackendImpl {
   virtual void recv(void* buf, std::size_t count, DataType type, int src, int tag) = 0;
   virtual Work isend(const void* buf, std::size_t count, DataType type, int dst, int tag) = 0;
   virtual Work irecv(void* buf, std::size_t count, DataType type, int src, int tag) = 0;
+  // Receives from any source (the semantics per backend are at dist::recv_any); returns the source.
+  virtual int recv_any(void* buf, std::size_t count, DataType type, int tag) = 0;
+  virtual Work irecv_any(void* buf, std::size_t count, DataType type, int tag) = 0;
   virtual void barrier() = 0;
 
   virtual void broadcast(void* buf, std::size_t count, DataType type, int src) = 0;

@@ -148,6 +148,8 @@ class WorkImpl {
   virtual ~WorkImpl() = default;
   virtual bool is_completed() = 0;
   virtual void wait() = 0;
+  /// The rank an any-source receive took its message from (waits first); others throw.
+  virtual int source_rank();
 };
 }  // namespace detail
 
@@ -162,6 +164,9 @@ class Work {
   void wait() {
     if (impl_) impl_->wait();
   }
+  /// For a handle from irecv_any: waits for the receive, then returns the rank the message came
+  /// from (torch.distributed's Work._source_rank()). Any other handle: dist::Error.
+  int source_rank();
 
  private:
   std::shared_ptr<detail::WorkImpl> impl_;
@@ -171,17 +176,34 @@ class Work {
 void wait_all(std::span<Work> works);
 
 // ---------------------------------------------------------------------------------------------
-// Point-to-point. Matching is by (source, tag), first-in first-out; there are no wildcards.
+// Point-to-point. Matching is by (source, tag), first-in first-out; the only wildcard is the
+// source of recv_any / irecv_any (below).
 // send is synchronous: it returns only once the matching recv has taken the data (the threads
 // backend enforces this, so code that relies on buffered sends deadlocks there, loudly).
 // A send and its recv must agree on element type and count; otherwise both ranks get a
 // MismatchError naming both ranks and both sizes.
+//
+// Receiving from any source: recv_any(buf, tag) takes one message with `tag` from whichever rank
+// sent it and returns that rank; irecv_any(buf, tag) is its asynchronous form (the source:
+// Work::source_rank(), after or instead of wait()). Which message is taken, per backend:
+//   * threads: deterministic. Among the unmatched messages with that tag, the one that arrives
+//     first on the simulated clock (the time it leaves its sender plus its cost, as sim_time()
+//     models it), ties to the lowest source rank. The engine decides only once the choice can no
+//     longer change: when every other rank is waiting in dist (or has finished), so a program
+//     gives the same sources, values and simulated times on every run and machine. A pending
+//     recv_any with tag t and a recv(src, t) on the same rank at the same time are an error (real
+//     MPI would match them in posting order, which depends on timing): use distinct tags.
+//   * Open MPI: MPI_ANY_SOURCE: the first message to reach the process, so results depend on
+//     real timing and may differ between runs.
+//   * NCCL: not supported (NCCL has no receive from any source): dist::Error.
 
 #define DIST_DECLARE_P2P(T)                                               \
   void send(std::span<const T> buf, int dst, int tag = 0);                \
   void recv(std::span<T> buf, int src, int tag = 0);                      \
   [[nodiscard]] Work isend(std::span<const T> buf, int dst, int tag = 0); \
-  [[nodiscard]] Work irecv(std::span<T> buf, int src, int tag = 0);
+  [[nodiscard]] Work irecv(std::span<T> buf, int src, int tag = 0);       \
+  int recv_any(std::span<T> buf, int tag = 0);                            \
+  [[nodiscard]] Work irecv_any(std::span<T> buf, int tag = 0);
 DIST_DECLARE_P2P(float)
 DIST_DECLARE_P2P(double)
 DIST_DECLARE_P2P(std::int32_t)

@@ -1,0 +1,178 @@
+// Hidden tests of 08_parameter_server: the public properties on other sizes and models (more
+// workers, every server count with uneven shards, ReLU, other networks, other bounds).
+#include <gtest/gtest.h>
+
+#include "ps_harness.hpp"
+
+namespace {
+
+using namespace pstest;
+using distlab::testing::run_ranks;
+using distlab::testing::threads_options;
+
+/// 4 layers, ReLU, batch 5: 17*9 + 9*9 + 9*9 + 9*3 = 342 parameters (342 % 4 = 2, % 5 = 2).
+mlp::Config other_config() {
+  mlp::Config c;
+  c.n_layers = 4;
+  c.dim_in = 17;
+  c.dim_hidden = 9;
+  c.n_classes = 3;
+  c.train_size = 400;
+  c.test_size = 200;
+  c.batch_size = 5;
+  c.learning_rate = 0.3f;
+  c.seed = 23;
+  c.activation = mlp::Activation::ReLU;
+  return c;
+}
+
+const datasets::Split& data_for(const mlp::Config& c) {
+  static const datasets::Split small = mlp::make_data(small_config());
+  static const datasets::Split other = mlp::make_data(other_config());
+  return c.n_layers == 4 ? other : small;
+}
+
+TEST(HiddenSyncValues, EveryWorkerAndServerCount) {
+  for (const mlp::Config& c : {small_config(), other_config()}) {
+    for (int servers = 1; servers <= 3; ++servers) {
+      for (int workers = 1; workers <= 8; ++workers) {
+        if (c.n_layers == 3 && workers < 5) continue;  // the public tests cover these
+        const auto ref = oracle(c, data_for(c), workers, 2);
+        const SyncRun run = run_sync(c, data_for(c), workers, servers, 2);
+        expect_sync_values(run, ref, 0, workers + servers, sync_name(workers, servers));
+      }
+    }
+  }
+}
+
+TEST(HiddenSyncValues, FourAndFiveServers) {
+  const mlp::Config c = other_config();
+  for (int servers : {4, 5}) {
+    const auto ref = oracle(c, data_for(c), 3, 2);
+    const SyncRun run = run_sync(c, data_for(c), 3, servers, 2);
+    expect_sync_values(run, ref, 0, 3 + servers, sync_name(3, servers));
+  }
+}
+
+TEST(HiddenTraffic, ManyWorkersAndServers) {
+  const mlp::Config c = other_config();
+  const std::size_t n = num_params(c);
+  for (auto [workers, servers] : {std::pair{7, 1}, std::pair{6, 3}, std::pair{2, 4}}) {
+    const int steps = 3;
+    const SyncRun run = run_sync(c, data_for(c), workers, servers, steps);
+    const int world = workers + servers;
+    for (int r = 0; r < world; ++r) {
+      const dist::Stats& st = run.ranks[static_cast<std::size_t>(r)].stats;
+      ASSERT_EQ(st.bytes_sent_to.size(), static_cast<std::size_t>(world))
+          << "rank " << r << " did not finish";
+      EXPECT_EQ(st.builtin_collectives, 0u) << "rank " << r;
+      for (int q = 0; q < world; ++q) {
+        const bool talk = (r < servers) != (q < servers);
+        const int server = r < servers ? r : q;
+        const std::uint64_t bytes =
+            talk ? steps * 4 * ps::shard_range(n, servers, server).size() : 0;
+        EXPECT_EQ(st.bytes_sent_to[static_cast<std::size_t>(q)], bytes)
+            << sync_name(workers, servers) << ": rank " << r << " -> " << q;
+        EXPECT_EQ(st.messages_sent_to[static_cast<std::size_t>(q)], talk ? steps : 0u)
+            << sync_name(workers, servers) << ": rank " << r << " -> " << q;
+      }
+    }
+  }
+}
+
+TEST(HiddenSimulatedTime, OtherNetworksAndSizes) {
+  for (double latency : {0.0, 1e-5}) {
+    dist::NetworkModel net;
+    net.latency_s = latency;
+    net.bandwidth_Bps = 2.5e9;
+    const std::size_t n = 12000;
+    for (int servers : {1, 2, 3, 4}) {
+      for (int workers : {3, 8}) {
+        const double got = ps::measure_server_step(workers, servers, n, net);
+        const double want = ps::formula_server_step(workers, servers, n, net);
+        EXPECT_NEAR(got, want, 0.01 * want)
+            << sync_name(workers, servers) << ", latency " << latency;
+      }
+    }
+  }
+}
+
+TEST(HiddenAsync, DeterministicWithManyWorkers) {
+  const mlp::Config c = other_config();
+  const AsyncRun a = run_async(c, data_for(c), 6, 60, -1, 5e-4, 3.0);
+  const AsyncRun b = run_async(c, data_for(c), 6, 60, -1, 5e-4, 3.0);
+  ASSERT_EQ(a.log.source.size(), 60u);
+  EXPECT_EQ(a.log.source, b.log.source);
+  EXPECT_EQ(a.log.staleness, b.log.staleness);
+  EXPECT_EQ(a.weights, b.weights);
+}
+
+TEST(HiddenAsync, WeightsReplayFromTheLogWithBoundedStaleness) {
+  const mlp::Config c = other_config();
+  for (int s : {-1, 1}) {
+    const AsyncRun run = run_async(c, data_for(c), 4, 50, s, 1e-3, 3.0);
+    ASSERT_EQ(run.log.source.size(), 50u);
+    const std::vector<float> want = replay_async(c, data_for(c), 4, run.log);
+    EXPECT_TRUE(distlab::testing::elements_near(run.weights, want, kRelTol, kAbsTol)) << "s=" << s;
+  }
+}
+
+TEST(HiddenAsync, EqualWorkersStalenessAndApplyOrder) {
+  const mlp::Config c = other_config();
+  const int w = 3, updates = 15;
+  const AsyncRun run = run_async(c, data_for(c), w, updates, -1, 2e-3, 1.0);
+  ASSERT_EQ(run.log.staleness.size(), static_cast<std::size_t>(updates));
+  for (int i = 0; i < updates; ++i) {
+    EXPECT_EQ(run.log.staleness[static_cast<std::size_t>(i)], std::min(i, w - 1)) << i;
+  }
+}
+
+TEST(HiddenAsync, StragglerTwoWorkers) {
+  ps::PSConfig pc;
+  pc.model = other_config();
+  pc.model.niters = 8;
+  pc.model.log_every = 1000;
+  pc.compute_s = 2e-3;
+  pc.straggler = 4;
+  double t[2] = {0, 0};
+  for (ps::Mode m : {ps::Mode::Sync, ps::Mode::Async}) {
+    std::mutex mu;
+    run_ranks(threads_options(3, 20000), [&] {
+      const ps::RunResult r = ps::train_ps(pc, data_for(pc.model));
+      std::lock_guard<std::mutex> g(mu);
+      if (dist::rank() == 0) t[m == ps::Mode::Sync ? 0 : 1] = r.sim_s;
+    });
+    pc.mode = ps::Mode::Async;
+  }
+  EXPECT_LT(t[1], 0.75 * t[0]) << "async " << t[1] << " s vs sync " << t[0] << " s";
+}
+
+TEST(HiddenAsync, StillTrainsOtherModel) {
+  const mlp::Config c = other_config();
+  const AsyncRun run = run_async(c, data_for(c), 3, 150, -1, 1e-3, 4.0);
+  mlp::MLP model(c, c.seed + 2);
+  const float before = mlp::evaluate_loss(model, data_for(c).test);
+  ps::set_values(model, run.weights);
+  const float after = mlp::evaluate_loss(model, data_for(c).test);
+  EXPECT_LT(after, 0.9f * before) << before << " -> " << after;
+}
+
+TEST(HiddenSsp, OtherBoundsAndWorkers) {
+  const mlp::Config c = other_config();
+  for (auto [workers, s] : {std::pair{5, 2}, std::pair{4, 0}, std::pair{2, 4}}) {
+    const AsyncRun run = run_async(c, data_for(c), workers, 40, s, 1e-3, 5.0);
+    ASSERT_EQ(run.log.source.size(), 40u);
+    EXPECT_LE(run.log.max_lead, s) << workers << " workers, s=" << s;
+    EXPECT_EQ(replayed_max_lead(run.log, workers), s) << workers << " workers, s=" << s;
+  }
+}
+
+TEST(HiddenSsp, AnUnreachableBoundIsAsync) {
+  const mlp::Config c = small_config();
+  const AsyncRun a = run_async(c, data_for(c), 3, 20, -1, 1e-3, 2.0);
+  const AsyncRun b = run_async(c, data_for(c), 3, 20, 1000, 1e-3, 2.0);
+  EXPECT_EQ(a.log.source, b.log.source);
+  EXPECT_EQ(a.weights, b.weights);
+}
+
+}  // namespace
