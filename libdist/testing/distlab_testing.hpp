@@ -49,6 +49,16 @@ inline int mpi_job_rank() {
   return 0;
 }
 
+/// The world size of a module's value test: the MPI job's under mpirun, else `threads_size` (the
+/// threads backend, every rank in this process).
+inline int job_size_or(int threads_size) {
+  const int p = mpi_job_size();
+  return p > 0 ? p : threads_size;
+}
+
+/// The one rank this process is under mpirun, or -1 on the threads backend (it holds them all).
+inline int job_rank_or_all() { return dist::started_by_mpirun() ? mpi_job_rank() : -1; }
+
 /// Launch options on the threads backend with a timeout, so a hang fails fast.
 inline dist::LaunchOptions threads_options(int world_size, int timeout_ms = 10000) {
   dist::LaunchOptions o;

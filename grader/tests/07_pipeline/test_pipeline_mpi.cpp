@@ -4,27 +4,15 @@
 // backend's simulated clock and counters; they run in test_pipeline.cpp.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include "pipeline_harness.hpp"
 
 namespace {
 
 using namespace pptest;
 
-int job_size() {
-  const int p = distlab::testing::mpi_job_size();
-  return p > 0 ? p : 4;  // outside mpirun: the threads backend with 4 ranks
-}
-
-int job_rank() {
-  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
-  return r != nullptr ? std::atoi(r) : -1;
-}
-
 void values(pp::Schedule s) {
-  const int p = job_size();
-  const int me = job_rank();
+  const int p = distlab::testing::job_size_or(4);  // outside mpirun: 4 ranks on threads
+  const int me = distlab::testing::job_rank_or_all();
   for (int layers : {p, p + 1}) {
     const mlp::Config c = tiny_config(layers, 16);
     const Reference ref = single_process(c, 2);

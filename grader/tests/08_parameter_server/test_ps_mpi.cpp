@@ -5,28 +5,16 @@
 // they run in test_ps.cpp.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include "ps_harness.hpp"
 
 namespace {
 
 using namespace pstest;
 
-int job_size() {
-  const int p = distlab::testing::mpi_job_size();
-  return p > 0 ? p : 4;  // outside mpirun: the threads backend with 4 ranks
-}
-
-int job_rank() {
-  const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
-  return r != nullptr ? std::atoi(r) : -1;
-}
-
 void values(int servers) {
-  const int p = job_size();
+  const int p = distlab::testing::job_size_or(4);  // outside mpirun: 4 ranks on threads
   if (p <= servers) GTEST_SKIP() << "needs more than " << servers << " ranks";
-  const int me = job_rank();
+  const int me = distlab::testing::job_rank_or_all();
   const mlp::Config c = small_config();
   static const datasets::Split data = mlp::make_data(c);
   const auto ref = oracle(c, data, p - servers, 3);
