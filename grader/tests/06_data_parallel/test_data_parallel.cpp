@@ -89,6 +89,36 @@ TEST(CheckParameterCloseness, TrueForEqualReplicasFalseWhenOneRankIsPerturbed) {
   }
 }
 
+TEST(CheckParameterCloseness, TheToleranceIsRelativeToTheValues) {
+  // The documented comparison is relative: |x_r - x_0| <= rtol * max(|x_r|, |x_0|). A large
+  // weight may differ by more than rtol in absolute terms and still be close; a tiny one may
+  // differ by less than rtol and not be.
+  struct Case {
+    float base, delta;
+    bool close;
+    const char* what;
+  };
+  const Case cases[] = {{1000.0f, 1e-3f, true, "1000 vs 1000.001 (relative difference 1e-6)"},
+                        {1e-6f, 5e-7f, false, "1e-6 vs 1.5e-6 (relative difference 0.33)"}};
+  for (const Case& c : cases) {
+    std::mutex mu;
+    std::vector<int> answers(2, -1);
+    distlab::testing::run_ranks(2, [&] {
+      mlp::MLP model(dptest::small_config(), 11);
+      model.parameters()[0]->value(1, 2) = c.base + (dist::rank() == 1 ? c.delta : 0.0f);
+      const bool ok = dp::check_parameter_closeness(model, 1e-5f);
+      std::lock_guard<std::mutex> g(mu);
+      answers[static_cast<std::size_t>(dist::rank())] = ok;
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(answers[static_cast<std::size_t>(r)], c.close ? 1 : 0)
+          << "rank " << r << " of 2, rtol 1e-5, one weight " << c.what << ": expected "
+          << (c.close ? "close" : "not close")
+          << " (the tolerance is relative to the values compared, data_parallel.hpp)";
+    }
+  }
+}
+
 TEST(CheckParameterCloseness, ANaNIsNeverClose) {
   // |x_r - x_0| <= rtol * max(|x_r|, |x_0|) is false when either value is NaN: a replica that
   // diverged to NaN must not pass for an equal one, whichever rank holds the NaN.
