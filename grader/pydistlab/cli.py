@@ -195,6 +195,11 @@ def parser() -> argparse.ArgumentParser:
     mu.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
     mu.add_argument("--fast", action="store_true",
                     help="stop each mutant at its first failing item (caught or not, sooner; the self-test's mode)")
+    mu.add_argument("--groups", type=int, default=1,
+                    help="grade this many groups of modules side by side, each in its own workspace "
+                         "(build/grade/mutants-<i>/); default 1: one after another in build/grade/mutants/")
+    mu.add_argument("--workspace", default="mutants", help=argparse.SUPPRESS)
+    mu.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one JSON line per mutant
 
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,

@@ -25,8 +25,13 @@ grader/mutants/ is instructor material: `./distlab release` leaves it out.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import re
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +39,7 @@ from pathlib import Path
 
 from .. import grade, manifest as mf
 from ..errors import DistlabError
-from ..paths import ROOT, is_release
+from ..paths import ROOT, is_release, nproc
 from ..results import Mode
 
 MUTANTS = ROOT / "grader" / "mutants"
@@ -137,7 +142,8 @@ def _materialise(module: mf.Module, folder: Path, dest: Path) -> tuple[str, str]
     return m.group(2), ""
 
 
-def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = False) -> Outcome:
+def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = False,
+                 tree: str = TREE) -> Outcome:
     t0 = time.monotonic()
     out = Outcome(module.name, folder.name, fast=fast)
     with tempfile.TemporaryDirectory(prefix=f"distlab-mutant-{folder.name}-") as tmp:
@@ -145,7 +151,7 @@ def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = Fa
         if out.problem:
             return out
         run = grade.grade([module.name], Mode.SUBMISSION, Path(tmp), hidden=True, jobs=jobs, quiet=True,
-                          tree_prefix=TREE, stop_early=fast)
+                          tree_prefix=tree, stop_early=fast)
     res = run.modules[0]
     out.max_score = res.max_score
     out.seconds = time.monotonic() - t0
@@ -158,11 +164,72 @@ def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = Fa
 
 
 def run_all(modules: list[str], jobs: int = 0, fast: bool = False,
-            on_result: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+            on_result: Callable[[Outcome], None] | None = None, groups: int = 1,
+            tree: str = TREE) -> list[Outcome]:
+    """Grades the mutants of the modules (all when none). groups > 1: the modules are split into
+    that many groups of about equal numbers of mutants, each graded by a `./distlab mutants`
+    process of its own in its own workspace (build/grade/mutants-<i>/), side by side: one mutant
+    is mostly one compile on one core, so two groups keep two cores busy. Results come in as
+    they are graded (on_result), in no fixed order across groups."""
     man = mf.load()
+    found = discover(modules)
+    if groups > 1:
+        return _run_groups(found, jobs, fast, on_result, groups)
     results: list[Outcome] = []
-    for name, folder in discover(modules):
-        o = grade_mutant(man.modules[name], folder, jobs, fast)
+    for name, folder in found:
+        o = grade_mutant(man.modules[name], folder, jobs, fast, tree)
+        results.append(o)
+        if on_result:
+            on_result(o)
+    return results
+
+
+def split_groups(found: list[tuple[str, Path]], groups: int) -> list[list[str]]:
+    """The modules in `groups` groups of about equal numbers of mutants (the largest module first
+    into the smallest group); empty groups dropped."""
+    counts: dict[str, int] = {}
+    for name, _ in found:
+        counts[name] = counts.get(name, 0) + 1
+    bins: list[list[str]] = [[] for _ in range(groups)]
+    sizes = [0] * groups
+    for name in sorted(counts, key=lambda n: -counts[n]):
+        i = sizes.index(min(sizes))
+        bins[i].append(name)
+        sizes[i] += counts[name]
+    return [b for b in bins if b]
+
+
+def _run_groups(found: list[tuple[str, Path]], jobs: int, fast: bool,
+                on_result: Callable[[Outcome], None] | None, groups: int) -> list[Outcome]:
+    procs = []
+    for i, names in enumerate(split_groups(found, groups)):
+        cmd = [sys.executable, str(ROOT / "distlab"), "mutants", "--json", "--workspace", f"{TREE}-{i + 1}",
+               "--jobs", str(jobs or max(1, nproc() // groups)), *(["--fast"] if fast else []), *names]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      stdin=subprocess.DEVNULL))
+    results: list[Outcome] = []
+    lock = threading.Lock()
+
+    def drain(proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for text in proc.stdout:
+            if not text.startswith("{"):
+                continue   # the group's own header and score lines
+            o = Outcome(**json.loads(text))
+            with lock:
+                results.append(o)
+                if on_result:
+                    on_result(o)
+
+    threads = [threading.Thread(target=drain, args=(p,), daemon=True) for p in procs]
+    for t in threads:
+        t.start()
+    for t, p in zip(threads, procs):
+        t.join()
+        p.wait()
+    expected = {(name, folder.name) for name, folder in found}
+    for name, mutant in sorted(expected - {(o.module, o.name) for o in results}):
+        o = Outcome(name, mutant, problem="its group's grading process stopped before grading it")
         results.append(o)
         if on_result:
             on_result(o)
@@ -198,9 +265,15 @@ def main(a: argparse.Namespace) -> int:
     found = discover(a.modules)
     if not found:
         raise DistlabError("no mutants under grader/mutants/ for " + (", ".join(a.modules) or "any module"))
-    print(f"grading {len(found)} mutants with the hidden tests (workspace build/grade/{TREE}/"
+    where = (f"{a.groups} workspaces build/grade/{TREE}-<i>/" if a.groups > 1
+             else f"workspace build/grade/{a.workspace}/")
+    print(f"grading {len(found)} mutants with the hidden tests ({where}"
           + (", --fast: each stops at its first failing item" if a.fast else "") + ")", flush=True)
-    results = run_all(a.modules, a.jobs, a.fast, on_result=lambda o: print(line(o), flush=True))
+    def show(o: Outcome) -> None:
+        print(json.dumps(dataclasses.asdict(o)) if a.json else line(o), flush=True)
+
+    results = run_all(a.modules, a.jobs, a.fast, on_result=show, groups=max(1, a.groups),
+                      tree=a.workspace)
     print("\nmutation score (caught / mutants):")
     for name, caught, total in scores(results):
         print(f"  {name:<18} {caught}/{total}" + (f"  ({100.0 * caught / total:.0f}%)" if total else ""))

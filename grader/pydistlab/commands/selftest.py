@@ -278,7 +278,9 @@ def step_mutants(t: Tally) -> None:
         t.check(o.caught, f"mutants: {o.module}/{o.name} is caught",
                 o.problem or f"{o.mistake}\nit scored full marks: no test observes this mistake")
 
-    results = mutants.run_all([], fast=True, on_result=one)
+    # Two groups of modules side by side, each in its own workspace: a mutant is mostly one
+    # compile on one core.
+    results = mutants.run_all([], fast=True, on_result=one, groups=2)
     rows = mutants.scores(results)
     for name, caught, total in rows:
         print(f"    {name}: {caught}/{total}", flush=True)
