@@ -1,9 +1,11 @@
 # distlab_module(NAME SOURCES file... [MAIN file] [LIBS target...])
 #   In <tree>/<NAME>/CMakeLists.txt (tree = exercises or solutions, picked by DISTLAB_IMPL).
 #   Creates: distlab_<NAME> (a static library of SOURCES, include dir = the module folder),
-#            run_<NAME> (the module's program, from MAIN) and module_<NAME>, a target that builds
-#            everything the module has (library, program, public and hidden tests). The grader
-#            builds one module_<NAME> at a time, so one module's compile error spares the others.
+#            run_<NAME> (the module's program, from MAIN), module_<NAME>, a target that builds
+#            everything the module has (library, program, public and hidden tests), and
+#            grade_<NAME>, what grading needs (library, public and hidden tests; not the program,
+#            which `./distlab run` builds in the same tree when asked). The grader builds the
+#            modules' grade_<NAME> targets, so one module's compile error spares the others.
 function(distlab_module name)
   cmake_parse_arguments(M "" "MAIN" "SOURCES;LIBS" ${ARGN})
   add_library(distlab_${name} STATIC ${M_SOURCES})
@@ -12,6 +14,8 @@ function(distlab_module name)
                         PRIVATE distlab_options)
   add_custom_target(module_${name})
   add_dependencies(module_${name} distlab_${name})
+  add_custom_target(grade_${name})
+  add_dependencies(grade_${name} distlab_${name})
   if(M_MAIN)
     add_executable(run_${name} ${M_MAIN})
     target_link_libraries(run_${name} PRIVATE distlab_${name} distlab_options)
@@ -21,7 +25,7 @@ endfunction()
 
 # distlab_module_tests(NAME TARGET exe SOURCES file... [LABELS label...])
 #   In grader/tests/<NAME>/ or grader/hidden/<NAME>/: a GoogleTest executable linked to the
-#   module's library, added to module_<NAME> and registered with CTest (label: module).
+#   module's library, added to module_<NAME> and grade_<NAME> and registered with CTest (label: module).
 #   Does nothing when the module is not part of this tree.
 function(distlab_module_tests name)
   cmake_parse_arguments(T "" "TARGET" "SOURCES;LIBS;LABELS" ${ARGN})
@@ -32,6 +36,7 @@ function(distlab_module_tests name)
   target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing ${T_LIBS}
                         GTest::gtest_main distlab_options)
   add_dependencies(module_${name} ${T_TARGET})
+  add_dependencies(grade_${name} ${T_TARGET})
   gtest_discover_tests(${T_TARGET} DISCOVERY_MODE PRE_TEST
                        PROPERTIES LABELS "module;${T_LABELS}" TIMEOUT 120)
 endfunction()

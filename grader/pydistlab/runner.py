@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -177,6 +178,27 @@ def _headline(failures: list[str], output: str) -> str:
     return "test failed"
 
 
+_FRAME = re.compile(r"^\s*#(\d+) 0x[0-9a-f]+ in (.+?) (\S+?:\d+)(?::\d+)?\s*$")
+
+
+def sanitizer_headline(output: str) -> str:
+    """The first line of an AddressSanitizer or UndefinedBehaviorSanitizer report, with the first
+    stack frame in the student's files (exercises/...) named first; "" when there is none."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if "ERROR: AddressSanitizer:" in line:
+            kind = line.split("ERROR: AddressSanitizer:", 1)[1].strip().split(" on address")[0]
+            frames = [m for m in (_FRAME.match(x) for x in lines[i + 1:i + 60]) if m]
+            own = next((m for m in frames if "exercises/" in m.group(3)), frames[0] if frames else None)
+            if own is None:
+                return f"AddressSanitizer: {kind}"
+            return f"AddressSanitizer: {kind} at {own.group(3)} in {own.group(2)}"[:240]
+        if ": runtime error: " in line:
+            where, _, what = line.partition(": runtime error: ")
+            return f"undefined behaviour at {where.strip()}: {what.strip()}"[:240]
+    return ""
+
+
 def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
              env: dict[str, str] | None = None, strip_prefix: str = "",
              jail: sandbox.TestJail | None = None) -> Outcome:
@@ -234,6 +256,7 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
     limit = sandbox.limit_reason(rc, output, limits, jail is not None and jail.uses_memory_limit(),
                                  network_off) if jail is not None and not timed_out else ""
     tsan = "WARNING: ThreadSanitizer" in output
+    sanitizer = sanitizer_headline(output) if "Sanitizer" in output or "runtime error:" in output else ""
     if cap.flooded:
         return Outcome(False, f"output flood: more than {FLOOD_LIMIT // 1024} KiB written; killed",
                        output, seconds)
@@ -242,10 +265,15 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
                        f"wait that never ends", output, seconds)
     if tsan:
         return Outcome(False, "data race reported by ThreadSanitizer", output, seconds)
+    if sanitizer:
+        return Outcome(False, sanitizer, output, seconds)
     if rc is not None and rc < 0:
         if limit:
             return Outcome(False, f"{limit} (killed by {signal_name(rc)})", output, seconds)
-        return Outcome(False, f"crashed: {signal_name(rc)}", output, seconds)
+        said = next((line.strip() for line in reversed(output.splitlines())
+                     if re.search(r"malloc|free\(\)|corrupted|terminate called|Assertion|smashing", line)), "")
+        return Outcome(False, f"crashed: {signal_name(rc)}" + (f" ({said[:120]})" if said else ""),
+                       output, seconds)
     if parsed is None:
         if limit:
             return Outcome(False, f"{limit}; exited with status {rc}", output, seconds)

@@ -130,9 +130,7 @@ def main(a: argparse.Namespace) -> int:
               "sudo apt-get install -y openmpi-bin libopenmpi-dev, then run this again)")
         with_mpi = False
     targets = ["bench_collectives"] + (["bench_mpi_allreduce"] if with_mpi else [])
-    r = cmake.build(build_dir, targets, capture=False)
-    if not r.ok:
-        raise DistlabError("the benchmarks do not build (see above)")
+    build.ensure_built("default", False, targets)
     # bench_collectives runs bench_mpi_allreduce under mpirun itself (--mpi) for each world size,
     # with the same sizes, and prints the two side by side with the busbw ratio.
     cmd = [str(build_dir / "bin" / "bench_collectives"), *args] + (["--mpi"] if with_mpi else [])

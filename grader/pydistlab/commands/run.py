@@ -15,7 +15,10 @@ def main(a: argparse.Namespace) -> int:
     man = mf.load()
     module = mf.resolve_name(a.module, man.order)
     target = f"run_{module}"
-    build_dir = build.ensure_built(a.preset, a.solutions, [target])
+    # The grader's build tree serves the program too (nothing compiled twice); only the NCCL
+    # backend needs build/default, which builds it when CUDA and NCCL are found.
+    nccl = (a.backend or "").lower() == "nccl"
+    build_dir = build.ensure_built(a.preset, a.solutions, [target], shared=not nccl)
     exe = build_dir / "bin" / target
     if not exe.is_file():
         raise DistlabError(f"{exe} was not built: does {module} have a program (MAIN in its CMakeLists.txt)?")
