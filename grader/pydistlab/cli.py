@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .errors import DistlabError
+from .paths import is_release
 
 EPILOG = """\
 common commands:
@@ -16,6 +17,9 @@ common commands:
   ./distlab hint MODULE [FUNC]    hints for an exercise function, one level at a time (--level 2, 3)
   ./distlab submit                pack your files for upload
   ./distlab doctor                what is installed, what is missing
+  ./distlab grade --sanitize address MODULE   a crash: AddressSanitizer names the bad access
+"""
+INSTRUCTOR_EPILOG = """\
 instructors:
   ./distlab test                  the kit's self-test (last line: N passed, N failed)
   ./distlab mutants [MODULE...]   grade the instructor mutants: which mistakes the tests catch
@@ -105,13 +109,21 @@ def _cmd_test(a: argparse.Namespace) -> int:
     return selftest.main(a)
 
 
+#: Commands of the instructors' kit only: a student repository (./distlab release) has no
+#: solutions/, hidden tests or mutants for them to work on, so they are not offered there.
+INSTRUCTOR_ONLY = {"sync", "check", "release", "gradescope-zip", "golden", "mutants", "test"}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="./distlab", description="distlab: build, run, grade and "
                                 "release the parallel-programming course kit.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=EPILOG + ("" if is_release() else INSTRUCTOR_EPILOG),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        if name in INSTRUCTOR_ONLY and is_release():
+            return argparse.ArgumentParser(add_help=False)   # not offered in a student repository
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.set_defaults(func=fn)
         return sp

@@ -56,7 +56,8 @@ def plot(png: Path) -> int:
                                f"{(r.stdout + r.stderr)[-2000:]}")
         kept = png.with_suffix(".csv")
         shutil.copyfile(data, kept)
-        py = deps.matplotlib_python()
+        # Installed like the other packages (as root on Debian/Ubuntu) the first time a plot is asked.
+        py = deps.matplotlib_python() if deps.ensure_optional("python3-matplotlib") else None
         if py:
             p = subprocess.run([py, str(PLOT_PROGRAM), str(data), str(png)], capture_output=True, text=True)
             if p.returncode == 0:
@@ -100,7 +101,8 @@ def pipeline(a: argparse.Namespace) -> int:
         png = Path(a.plot).resolve()
         kept = png.with_suffix(".csv")
         shutil.copyfile(data, kept)
-        py = deps.matplotlib_python()
+        # Installed like the other packages (as root on Debian/Ubuntu) the first time a plot is asked.
+        py = deps.matplotlib_python() if deps.ensure_optional("python3-matplotlib") else None
         if not py:
             print("matplotlib is not installed, so no plot (sudo apt-get install -y python3-matplotlib); "
                   f"the table is above, the data in {kept}")
