@@ -172,10 +172,23 @@ def _headline(failures: list[str], output: str) -> str:
                     return f"not implemented at {line[where + 2:-1]}: {text}"[:240]
                 return line[:240]
     for f in failures:
-        for line in f.splitlines()[1:] + f.splitlines()[:1]:
-            if line.strip() and not line.strip().endswith(":"):
+        # The test's own message (what follows gtest's "Expected ... Which is ..." lines) says
+        # more than gtest's expression dump: take its first line when there is one.
+        body = f.splitlines()[1:]
+        own = [line.strip() for line in body if line.strip() and not line.startswith(" ")
+               and not _GTEST_LINE.match(line.strip())]
+        if own:
+            return own[0][:240]
+        for line in body + f.splitlines()[:1]:
+            if line.strip() and not line.strip().endswith(":") and line.strip() != "Failed":
                 return line.strip()[:240]
     return "test failed"
+
+
+#: Lines gtest writes itself around a failed assertion (not the test's own message).
+_GTEST_LINE = re.compile(r"^(Expected|Actual|Value of|Which is|Failed$|The difference between|"
+                         r"Expected equality|expected|actual|Google Test trace|\S+:\d+: Failure|"
+                         r"Death test|Result:|Error msg:|With diff:|Whose value|evaluates to)")
 
 
 _FRAME = re.compile(r"^\s*#(\d+) 0x[0-9a-f]+ in (.+?) (\S+?:\d+)(?::\d+)?\s*$")
