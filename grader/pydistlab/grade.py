@@ -120,11 +120,23 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
     if plan is not None and guard is not None:
         # 1. The submission's own translation units, where nothing secret can be read.
         needed = {m for n in present for m in (n, *man.prerequisites_closure(n))}
-        for n in man.order:
-            objs = plan.objects_of(set(guard.untrusted.get(n, []))) if n in needed else []
-            if not objs:
-                continue
+        per_module = {n: plan.objects_of(set(guard.untrusted.get(n, []))) for n in man.order if n in needed}
+        per_module = {n: objs for n, objs in per_module.items() if objs}
+        together_ok = False
+        if lend_to is None and len(per_module) > 1:
+            # Every module's files in one ninja run (both cores busy); only when that fails is
+            # each module built on its own (what compiled is up to date) to attribute the errors.
+            say.status(f"compiling the student's own files in the sandbox{label}")
+            r = cmake.build(build_dir, [o for objs in per_module.values() for o in objs],
+                            keep_going=True, prefix=view)
+            times.append(r.seconds)
+            if warnings is not None:
+                warnings.extend(ws.own_warnings(r.output, str(tb.src) + "/", ws.owned_files()))
+            together_ok = r.ok
+        for n, objs in per_module.items():
             untrusted_objects += objs
+            if together_ok:
+                continue
             say.status(f"compiling {n}'s own files in the sandbox{label}")
             if lend_to is not None:
                 with sandbox.LentTo(build_dir, sorted({build_dir / Path(o).parent for o in objs}), lend_to,
