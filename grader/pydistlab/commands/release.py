@@ -17,7 +17,7 @@ from ..errors import DistlabError
 from ..paths import CXX_EXTENSIONS, ROOT, is_release
 
 LEFT_OUT = ("solutions/", "grader/hidden/", "grader/mutants/", "grader/selftest/", "grader/gradescope/",
-            "docs/instructor-guide.md", "docs/authoring.md")
+            "docs/instructor-guide.md", "docs/authoring.md", "bench/make_submissions.py")
 
 
 def student_readme(text: str) -> str:
