@@ -226,8 +226,7 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
     for m in run.modules:
         if m.status != "graded":
             failed.append(f"{m.module.name}: {m.status}: " + "\n    ".join(m.message.splitlines()[:12]))
-        for n in m.notes:
-            failed.append(f"{m.module.name}: note: {n.splitlines()[0]}")
+        first = len(failed)
         for r in m.items:
             if r.passed:
                 continue
@@ -243,8 +242,11 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
             failed.append(f"{r.item.full_name}: {reason}")
             if _crashed(r.reason):
                 crashed.append(m.module.name)
+        if len(failed) > first or m.status != "graded" or m.passed:
+            # (A module of untouched stubs needs no note: its list of functions says it all.)
+            failed[first:first] = [f"{m.module.name}: note: {n.splitlines()[0]}" for n in m.notes]
     if failed:
-        print(f"\nfailed ({len(failed)}):")
+        print(f"\nfailed ({sum(1 for line in failed if ': note: ' not in line)}):")
         for line in failed:
             print(f"  {line}")
     if crashed:
