@@ -77,11 +77,9 @@ def _target(name: str, known: set[str]) -> str:
 def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], names: list[str],
                    results: dict[str, ModuleResult], man: mf.Manifest, mode: Mode, say: ws.Progress,
                    label: str = "", warnings: list[str] | None = None,
-                   guard: Guard | None = None, build_times: list[float] | None = None) -> list[str]:
+                   guard: Guard | None = None) -> list[str]:
     """Builds module_<name> for each name; returns the names that built. Failures and blocked
-    modules are recorded in results (for the plain build) or as notes (tsan); the seconds each
-    build step took are appended to build_times."""
-    times = build_times if build_times is not None else []
+    modules are recorded in results (for the plain build) or as notes (tsan)."""
     ws.configure(tb, build_dir, cache, say)
     known = cmake.targets(build_dir)
     present = [n for n in names if f"module_{n}" in known]
@@ -129,7 +127,6 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
             say.status(f"compiling the student's own files in the sandbox{label}")
             r = cmake.build(build_dir, [o for objs in per_module.values() for o in objs],
                             keep_going=True, prefix=view)
-            times.append(r.seconds)
             if warnings is not None:
                 warnings.extend(ws.own_warnings(r.output, str(tb.src) + "/", ws.owned_files()))
             together_ok = r.ok
@@ -146,7 +143,6 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
                 r = cmake.build(build_dir, objs, keep_going=True, prefix=view)
             if n in results:
                 results[n].build_seconds += r.seconds
-            times.append(r.seconds)
             if warnings is not None:
                 warnings.extend(ws.own_warnings(r.output, str(tb.src) + "/", ws.owned_files()))
             if not r.ok:
@@ -176,7 +172,6 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
         sandbox.lock_away(plan, ROOT, guard.hide)   # the new test programs too
     if warnings is not None:
         warnings.extend(ws.own_warnings(bulk.output, str(tb.src) + "/", ws.owned_files()))
-    times.append(bulk.seconds)   # one build for all modules: not split between them
     if not bulk.ok:
         # The kit's own library failing is not the student's fault: nothing can be graded.
         r = cmake.build(build_dir, ["distlab_dist"], prefix=trusted)
@@ -210,7 +205,6 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
             continue
         one = cmake.build(build_dir, [_target(n, known)], prefix=trusted)
         res.build_seconds += one.seconds
-        times.append(one.seconds)
         if one.ok:
             built.append(n)
         else:
@@ -402,8 +396,10 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
             if sanitize:
                 build_dir, cache = tb.build.with_name("build-asan"), ws.ASAN_CACHE
                 factor, env = ASAN_TIMEOUT_FACTOR, ws.ASAN_ENV
+            t_build = time.monotonic()   # configuring and CMake's re-runs included
             built = _build_modules(tb, build_dir, cache, graded_here, results, man, mode, say,
-                                   warnings=run.warnings, guard=guard, build_times=build_times)
+                                   warnings=run.warnings, guard=guard)
+            build_times.append(time.monotonic() - t_build)
             say(f"running tests of {', '.join(built) or 'no module'}"
                 f"{' under AddressSanitizer and UBSan' if sanitize else ''}")
             plain = _run_items(_test_jobs([results[n] for n in built], build_dir / "bin", tb.src, hidden,
@@ -416,9 +412,10 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
             tsan_mods = [n for n in tsan_mods if any(oc.passed for (m, _), oc in plain.items() if m == n)]
             tsan_built: list[str] = []
             if tsan_mods:
+                t_build = time.monotonic()
                 tsan_built = _build_modules(tb, tb.tsan_build, ws.TSAN_CACHE, tsan_mods, results, man,
-                                            mode, say, label=" under ThreadSanitizer", guard=guard,
-                                            build_times=build_times)
+                                            mode, say, label=" under ThreadSanitizer", guard=guard)
+                build_times.append(time.monotonic() - t_build)
             # Under ThreadSanitizer only the items that passed: a failure is already a failure.
             passed_plain = {k for k, oc in plain.items() if oc.passed}
             tsan_env = {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1 report_signal_unsafe=0"}
