@@ -161,9 +161,11 @@ def _headline(failures: list[str], output: str) -> str:
                 line = line.strip()
                 start = line.find(key) if key in ("deadlock:", "not implemented:") else 0
                 line = line[start:]
-                for tail in ('" thrown in the test body.', '" thrown in SetUp().', '" thrown in TearDown().'):
+                for tail in ('" thrown in the test body.', '" thrown in SetUp().', '" thrown in TearDown().',
+                             '".', '"'):   # (the last two: gtest's "it throws ... description \"...\".")
                     if line.endswith(tail):
                         line = line[: -len(tail)]
+                        break
                 where = line.rfind(" (") if key == "not implemented:" and line.endswith(")") else -1
                 if where > 0 and len(line) - where < 120:
                     # A TODO: its place first (file:line says which function), so that a table
