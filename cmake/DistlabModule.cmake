@@ -1,9 +1,11 @@
 # distlab_module(NAME SOURCES file... [MAIN file] [LIBS target...])
 #   In <tree>/<NAME>/CMakeLists.txt (tree = exercises or solutions, picked by DISTLAB_IMPL).
 #   Creates: distlab_<NAME> (a static library of SOURCES, include dir = the module folder),
-#            run_<NAME> (the module's program, from MAIN) and module_<NAME>, a target that builds
-#            everything the module has (library, program, public and hidden tests). The grader
-#            builds one module_<NAME> at a time, so one module's compile error spares the others.
+#            run_<NAME> (the module's program, from MAIN), module_<NAME>, a target that builds
+#            everything the module has (library, program, public and hidden tests), and
+#            grade_<NAME>, what grading needs (library, public and hidden tests; not the program,
+#            which `./distlab run` builds in the same tree when asked). The grader builds the
+#            modules' grade_<NAME> targets, so one module's compile error spares the others.
 function(distlab_module name)
   cmake_parse_arguments(M "" "MAIN" "SOURCES;LIBS" ${ARGN})
   add_library(distlab_${name} STATIC ${M_SOURCES})
@@ -12,9 +14,16 @@ function(distlab_module name)
                         PRIVATE distlab_options)
   add_custom_target(module_${name})
   add_dependencies(module_${name} distlab_${name})
+  add_custom_target(grade_${name})
+  add_dependencies(grade_${name} distlab_${name})
   if(M_MAIN)
     add_executable(run_${name} ${M_MAIN})
     target_link_libraries(run_${name} PRIVATE distlab_${name} distlab_options)
+    # The program's driver (flags, the config, printing: the work is in the module's library,
+    # which stays at -O3) at -O1 in Release: CLI11 makes it the costliest file of the module to
+    # compile, and -O1 takes a third off, so `./distlab run` after a grade waits less. Results do
+    # not change: without -ffast-math and with contraction off, every -O level rounds the same.
+    target_compile_options(run_${name} PRIVATE $<$<CONFIG:Release>:-O1>)
     add_dependencies(module_${name} run_${name})
   endif()
 endfunction()
@@ -22,8 +31,9 @@ endfunction()
 # distlab_module_tests(NAME TARGET exe SOURCES file... [LIBS target...] [INCLUDES dir...]
 #                      [LABELS label...])
 #   In grader/tests/<NAME>/ or grader/hidden/<NAME>/: a GoogleTest executable linked to the
-#   module's library (and LIBS), added to module_<NAME> and registered with CTest (label: module).
-#   INCLUDES: folders of shared test headers (a hidden test names its public tests' folder).
+#   module's library (and LIBS), added to module_<NAME> and grade_<NAME> and registered with
+#   CTest (label: module). INCLUDES: folders of shared test headers (a hidden test names its public
+#   tests' folder).
 #   Does nothing when the module is not part of this tree.
 function(distlab_module_tests name)
   cmake_parse_arguments(T "" "TARGET" "SOURCES;LIBS;INCLUDES;LABELS" ${ARGN})
@@ -34,7 +44,12 @@ function(distlab_module_tests name)
   target_include_directories(${T_TARGET} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${T_INCLUDES})
   target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing ${T_LIBS}
                         GTest::gtest_main distlab_options)
+  # The test file itself at -O1 in Release (like the programs' drivers): GoogleTest and Eigen make
+  # it costly to compile and -O1 takes about 30% off; the code under test (the module's library,
+  # the kit) stays at -O3, and every -O level rounds the same (no -ffast-math, no contraction).
+  target_compile_options(${T_TARGET} PRIVATE $<$<CONFIG:Release>:-O1>)
   add_dependencies(module_${name} ${T_TARGET})
+  add_dependencies(grade_${name} ${T_TARGET})
   gtest_discover_tests(${T_TARGET} DISCOVERY_MODE PRE_TEST
                        PROPERTIES LABELS "module;${T_LABELS}" TIMEOUT 120)
 endfunction()

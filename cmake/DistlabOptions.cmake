@@ -51,6 +51,11 @@ if(DISTLAB_ARCH_FLAGS)
   target_compile_options(distlab_options INTERFACE ${DISTLAB_ARCH_FLAGS})
 endif()
 target_compile_options(distlab_options INTERFACE $<$<CXX_COMPILER_ID:GNU,Clang>:-ffp-contract=off>)
+# __FILE__ relative to the kit's root (exercises/01_threads/threads.cpp:30, not the absolute path of
+# the build's source copy): a TODO's "not implemented ... (file:line)" names the student's own file
+# whichever copy (the grader's clean copy under build/grade/) the program was built from.
+target_compile_options(distlab_options INTERFACE
+  $<$<CXX_COMPILER_ID:GNU,Clang>:-fmacro-prefix-map=${PROJECT_SOURCE_DIR}/=>)
 # What the self-test and doctor report as this tree's code generation.
 string(REPLACE ";" " " _distlab_flags_text "${DISTLAB_ARCH_FLAGS}")
 file(WRITE ${CMAKE_BINARY_DIR}/distlab_codegen.txt

@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -100,8 +101,15 @@ int main(int argc, char** argv) {
     o.sync = sync == "kit" ? dp::Sync::Kit : sync == "manual" ? dp::Sync::Manual : dp::Sync::MyDP;
     o.bucket_cap_bytes = static_cast<std::size_t>(bucket_mib * (1 << 20));
     const datasets::Split data = mlp::make_data(c);
-    std::printf("%sworld_size = %d\nsync = %s\n\n", mlp::describe(c).c_str(), launch.world_size,
-                dp::to_string(o.sync));
+    // Under mpirun every process runs main(): the config is printed by rank 0's process only.
+    const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    const char* mpi_size = std::getenv("OMPI_COMM_WORLD_SIZE");  // mpirun's size wins
+    const bool lead = mpi_rank == nullptr || std::string(mpi_rank) == "0";
+    if (lead) {
+      std::printf("%sworld_size = %d\nsync = %s\n\n", mlp::describe(c).c_str(),
+                  mpi_size != nullptr ? std::atoi(mpi_size) : launch.world_size,
+                  dp::to_string(o.sync));
+    }
     std::fflush(stdout);
     dist::launch(launch, [&] {
       dp::train_data_parallel(c, data, o, [](const mlp::LogLine& l) {
@@ -113,6 +121,12 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       });
     });
+
+    if (launch.backend != dist::Backend::Threads) {
+      // The simulated steps and their traffic table need the simulated clock (threads backend).
+      if (lead) std::printf("\n(simulated steps and traffic: run without --backend mpi)\n");
+      return 0;
+    }
 
     const mlp::MLP shape(c, c.seed);
     const dp::StepFlops flops = dp::step_flops(shape, c.batch_size);

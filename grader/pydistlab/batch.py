@@ -69,6 +69,7 @@ def main(folder: Path, csv_path: Path | None, modules: list[str], hidden: bool,
             w = csv.DictWriter(f, fieldnames=header)
             w.writeheader()
             w.writerows(rows)
-    print(f"\n{len(rows)} submissions graded in {time.monotonic() - t0:.0f} s: gradebook {rel(csv_path)}, "
-          f"reports in {rel(out)}/")
+    total = time.monotonic() - t0
+    print(f"\n{len(rows)} submissions graded in {total:.0f} s ({total / max(1, len(rows)):.1f} s per "
+          f"submission): gradebook {rel(csv_path)}, reports in {rel(out)}/")
     return 0

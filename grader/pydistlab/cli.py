@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .errors import DistlabError
+from .paths import is_release
 
 EPILOG = """\
 common commands:
@@ -16,6 +17,9 @@ common commands:
   ./distlab hint MODULE [FUNC]    hints for an exercise function, one level at a time (--level 2, 3)
   ./distlab submit                pack your files for upload
   ./distlab doctor                what is installed, what is missing
+  ./distlab grade --sanitize address MODULE   a crash: AddressSanitizer names the bad access
+"""
+INSTRUCTOR_EPILOG = """\
 instructors:
   ./distlab test                  the kit's self-test (last line: N passed, N failed)
   ./distlab mutants [MODULE...]   grade the instructor mutants: which mistakes the tests catch
@@ -44,7 +48,7 @@ def _cmd_doctor(a: argparse.Namespace) -> int:
 
 def _cmd_build(a: argparse.Namespace) -> int:
     from .commands import build
-    return build.main(a.preset, a.solutions, a.target)
+    return build.main(a.preset, a.solutions, a.target, a.verbose)
 
 
 def _cmd_run(a: argparse.Namespace) -> int:
@@ -53,6 +57,9 @@ def _cmd_run(a: argparse.Namespace) -> int:
 
 
 def _cmd_bench(a: argparse.Namespace) -> int:
+    if a.what == "loop":
+        from .commands import bench_loop
+        return bench_loop.main(a)
     from .commands import bench
     return bench.main(a)
 
@@ -102,13 +109,21 @@ def _cmd_test(a: argparse.Namespace) -> int:
     return selftest.main(a)
 
 
+#: Commands of the instructors' kit only: a student repository (./distlab release) has no
+#: solutions/, hidden tests or mutants for them to work on, so they are not offered there.
+INSTRUCTOR_ONLY = {"sync", "check", "release", "gradescope-zip", "golden", "mutants", "test"}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="./distlab", description="distlab: build, run, grade and "
                                 "release the parallel-programming course kit.",
-                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                epilog=EPILOG + ("" if is_release() else INSTRUCTOR_EPILOG),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
+        if name in INSTRUCTOR_ONLY and is_release():
+            return argparse.ArgumentParser(add_help=False)   # not offered in a student repository
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.set_defaults(func=fn)
         return sp
@@ -119,8 +134,11 @@ def parser() -> argparse.ArgumentParser:
     b = add("build", _cmd_build, "configure and build the kit with a CMake preset")
     b.add_argument("--preset", default="default", choices=["default", "native", "debug", "tsan"])
     b.add_argument("--solutions", action="store_true",
-                   help="build solutions/ instead of exercises/ (own build folder: build/<preset>-solutions)")
+                   help="build solutions/ instead of exercises/ (default preset: in build/grade/solutions/build, "
+                        "the tree `grade --solutions` uses; other presets: build/<preset>-solutions)")
     b.add_argument("--target", action="append", default=[], help="build only this target (repeatable)")
+    b.add_argument("--verbose", "-v", action="store_true",
+                   help="show the compiler's output (by default only a failed build's first error)")
 
     r = add("run", _cmd_run, "build and run a module's program: ./distlab run MODULE [-- ARGS]")
     r.add_argument("module")
@@ -132,8 +150,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--hostfile", default=None, help="mpirun --hostfile")
     r.set_defaults(passthrough=True)
 
-    be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives|pipeline|ps [--plot FILE.png] [ARGS]")
-    be.add_argument("what", choices=["collectives", "pipeline", "ps"])
+    be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives|pipeline|ps [--plot FILE.png] [ARGS]; "
+                                  "./distlab bench loop: the student's loop timed on a fresh copy")
+    be.add_argument("what", choices=["collectives", "pipeline", "ps", "loop"])
+    be.add_argument("--keep", default=None, metavar="DIR",
+                    help="loop: make the fresh copy in DIR/kit (default: a new temporary folder)")
     be.add_argument("--plot", default=None, metavar="FILE.png",
                     help="collectives: simulated time vs size per algorithm (from run_03_collectives --csv); "
                          "pipeline: bubble fraction and peak stash vs microbatches per schedule "
@@ -154,6 +175,10 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--out", metavar="DIR", help="report folder (default build/grade/<id>/report)")
     g.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
     g.add_argument("--quiet", action="store_true", help="no progress lines, only the table")
+    g.add_argument("--sanitize", choices=["address"], default=None,
+                   help="build and run the tests under AddressSanitizer and UndefinedBehaviorSanitizer "
+                        "(own build, build/grade/<id>/build-asan): a bad memory access or undefined "
+                        "behaviour fails the test with its kind and your file:line")
     g.add_argument("--sandbox", choices=["auto", "on", "limits", "off"], default="auto",
                    help="compile and run submitted code in the sandbox: auto (bubblewrap where it "
                         "works, else resource limits only, with the reason), on (bubblewrap or stop), "

@@ -29,6 +29,7 @@ from .paths import ROOT, is_release, nproc, rel
 from .results import GradeRun, ItemResult, Mode, ModuleResult
 
 TSAN_TIMEOUT_FACTOR = 4.0
+ASAN_TIMEOUT_FACTOR = 3.0
 
 
 def _plan_trees(selected: list[mf.Module], man: mf.Manifest, mode: Mode) -> list[dict[str, str]]:
@@ -65,6 +66,12 @@ class Guard:
     status: sandbox.Status
     untrusted: dict[str, list[str]]           # module -> its untrusted sources (src-relative)
     hide: tuple[str, ...] = ()                # src-relative folders of reference prerequisites
+
+
+def _target(name: str, known: set[str]) -> str:
+    """What grading builds of a module: grade_<name> (library and tests, not the program) where
+    the kit's CMake defines it, else module_<name>."""
+    return f"grade_{name}" if f"grade_{name}" in known else f"module_{name}"
 
 
 def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], names: list[str],
@@ -111,12 +118,23 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
     if plan is not None and guard is not None:
         # 1. The submission's own translation units, where nothing secret can be read.
         needed = {m for n in present for m in (n, *man.prerequisites_closure(n))}
-        for n in man.order:
-            objs = plan.objects_of(set(guard.untrusted.get(n, []))) if n in needed else []
-            if not objs:
-                continue
+        per_module = {n: plan.objects_of(set(guard.untrusted.get(n, []))) for n in man.order if n in needed}
+        per_module = {n: objs for n, objs in per_module.items() if objs}
+        together_ok = False
+        if lend_to is None and len(per_module) > 1:
+            # Every module's files in one ninja run (both cores busy); only when that fails is
+            # each module built on its own (what compiled is up to date) to attribute the errors.
+            say.status(f"compiling the student's own files in the sandbox{label}")
+            r = cmake.build(build_dir, [o for objs in per_module.values() for o in objs],
+                            keep_going=True, prefix=view)
+            if warnings is not None:
+                warnings.extend(ws.own_warnings(r.output, str(tb.src) + "/", ws.owned_files()))
+            together_ok = r.ok
+        for n, objs in per_module.items():
             untrusted_objects += objs
-            say(f"compiling {n}'s own files in the sandbox{label}")
+            if together_ok:
+                continue
+            say.status(f"compiling {n}'s own files in the sandbox{label}")
             if lend_to is not None:
                 with sandbox.LentTo(build_dir, sorted({build_dir / Path(o).parent for o in objs}), lend_to,
                                     [tb.src / f for f in guard.untrusted.get(n, [])]):
@@ -126,8 +144,7 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
             if n in results:
                 results[n].build_seconds += r.seconds
             if warnings is not None:
-                warnings.extend(line.replace(str(tb.src) + "/", "") for line in r.output.splitlines()
-                                if "warning:" in line)
+                warnings.extend(ws.own_warnings(r.output, str(tb.src) + "/", ws.owned_files()))
             if not r.ok:
                 failed.add(n)
                 untrusted_errors[n] = tb.first_errors(r.output)
@@ -135,7 +152,7 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
     # ninja run for all modules (-k 0: keep going past a module's errors), so both cores stay busy;
     # then each module is built on its own to attribute errors.
     buildable = [n for n in present if not ({n, *man.prerequisites_closure(n)} & failed)]
-    targets = ["distlab_dist"] + [f"module_{n}" for n in buildable]
+    targets = ["distlab_dist"] + [_target(n, known) for n in buildable]
     if plan is not None and guard is not None and untrusted_objects:
         # Never compile an untrusted source outside its view: ninja -n lists what would run, and a
         # module whose files would be compiled again is not built.
@@ -147,17 +164,14 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
                 untrusted_errors[n] = (f"{', '.join(sources)}: the build would compile it again outside "
                                        f"the sandbox, so it was not built (tell your instructor)")
         buildable = [n for n in present if not ({n, *man.prerequisites_closure(n)} & failed)]
-        targets = ["distlab_dist"] + [f"module_{n}" for n in buildable]
+        targets = ["distlab_dist"] + [_target(n, known) for n in buildable]
     say(f"building {', '.join(buildable) or 'the kit library'}{label}")
-    bulk = cmake.build(build_dir, targets, keep_going=True, progress=say, prefix=trusted)
+    bulk = cmake.build(build_dir, targets, keep_going=True, progress=say.status, prefix=trusted)
     say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
     if lend_to is not None and plan is not None and guard is not None:
         sandbox.lock_away(plan, ROOT, guard.hide)   # the new test programs too
     if warnings is not None:
-        warnings.extend(line.replace(str(tb.src) + "/", "") for line in bulk.output.splitlines()
-                        if "warning:" in line)
-    for n in buildable:
-        results[n].build_seconds += bulk.seconds / len(buildable)
+        warnings.extend(ws.own_warnings(bulk.output, str(tb.src) + "/", ws.owned_files()))
     if not bulk.ok:
         # The kit's own library failing is not the student's fault: nothing can be graded.
         r = cmake.build(build_dir, ["distlab_dist"], prefix=trusted)
@@ -189,9 +203,8 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
         if bulk.ok:   # every module target is built: nothing to attribute
             built.append(n)
             continue
-        t0 = time.monotonic()
-        one = cmake.build(build_dir, [f"module_{n}"], prefix=trusted)
-        res.build_seconds += time.monotonic() - t0
+        one = cmake.build(build_dir, [_target(n, known)], prefix=trusted)
+        res.build_seconds += one.seconds
         if one.ok:
             built.append(n)
         else:
@@ -257,11 +270,12 @@ def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
             out[(res.module.name, item.name)] = oc
             done += 1
             status = "passed" if oc.passed else f"FAILED: {oc.reason}"
-            say(f"  [{done}/{len(jobs)}] {item.full_name}{tag}: {status} ({oc.seconds:.1f} s)")
+            say.status(f"  [{done}/{len(jobs)}] {item.full_name}{tag}: {status} ({oc.seconds:.1f} s)")
             if stop_early and not oc.passed:
                 for other in futs:
                     other.cancel()
     sandbox.close_agents()   # the workers' sandboxes end with the run (see sandbox.Agent)
+    say.done()
     return out
 
 
@@ -284,11 +298,12 @@ def _test_jobs(results: list[ModuleResult], bin_dir: Path, cwd: Path, hidden: bo
 
 def grade(module_names: list[str], mode: Mode, submission_path: Path | None = None,
           hidden: bool = False, jobs: int = 0, quiet: bool = False, tree_prefix: str = "",
-          sandbox_mode: str = "auto", stop_early: bool = False) -> GradeRun:
+          sandbox_mode: str = "auto", stop_early: bool = False, sanitize: str = "") -> GradeRun:
     """Grades and returns the results (writing no report). sandbox_mode: sandbox.probe().
     stop_early (`./distlab mutants --fast`): once an item fails, the items not yet started are not
     run (reason NOT_RUN) and the ThreadSanitizer build is skipped: the score is then only a lower
-    bound."""
+    bound. sanitize="address": the tests are built and run under AddressSanitizer and
+    UndefinedBehaviorSanitizer instead (no ThreadSanitizer run)."""
     t_start = time.monotonic()
     mode = Mode(mode)
     say = ws.Progress(quiet)
@@ -322,6 +337,7 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
         run.notes.extend(sub.problems)
 
     workers = jobs or nproc()
+    build_times: list[float] = []
     trees = _plan_trees(selected, man, mode)
     base_id = tree_prefix or mode.tree_id
     for index, assignment in enumerate(trees):
@@ -377,19 +393,30 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
         hide = tuple(f"exercises/{n}/" for n, role in assignment.items() if role == "ref")
         guard = Guard(box, untrusted, hide) if mode is not Mode.SOLUTIONS or box.isolated else None
         with ws.open_tree(tree_id, overlay, hidden, say) as tb:
-            built = _build_modules(tb, tb.build, ws.BASE_CACHE, graded_here, results, man, mode, say,
+            build_dir, cache, factor, env = tb.build, ws.BASE_CACHE, 1.0, {}
+            if sanitize:
+                build_dir, cache = tb.build.with_name("build-asan"), ws.ASAN_CACHE
+                factor, env = ASAN_TIMEOUT_FACTOR, ws.ASAN_ENV
+            t_build = time.monotonic()   # configuring and CMake's re-runs included
+            built = _build_modules(tb, build_dir, cache, graded_here, results, man, mode, say,
                                    warnings=run.warnings, guard=guard)
-            say(f"running tests of {', '.join(built) or 'no module'}")
-            t0 = time.monotonic()
-            plain = _run_items(_test_jobs([results[n] for n in built], tb.build / "bin", tb.src, hidden,
-                                          status=box), workers, say, stop_early=stop_early)
-            tsan_mods = [n for n in built if "thread" in results[n].module.sanitizers]
+            build_times.append(time.monotonic() - t_build)
+            say(f"running tests of {', '.join(built) or 'no module'}"
+                f"{' under AddressSanitizer and UBSan' if sanitize else ''}")
+            plain = _run_items(_test_jobs([results[n] for n in built], build_dir / "bin", tb.src, hidden,
+                                          factor, env, status=box, tsan=bool(sanitize)),
+                               workers, say, stop_early=stop_early)
+            tsan_mods = [n for n in built if "thread" in results[n].module.sanitizers and not sanitize]
             if stop_early:   # a module that already failed an item needs no ThreadSanitizer run
                 tsan_mods = [n for n in tsan_mods if all(oc.passed for (m, _), oc in plain.items() if m == n)]
+            # ThreadSanitizer re-runs the items that passed: a module with none needs no TSan build.
+            tsan_mods = [n for n in tsan_mods if any(oc.passed for (m, _), oc in plain.items() if m == n)]
             tsan_built: list[str] = []
             if tsan_mods:
+                t_build = time.monotonic()
                 tsan_built = _build_modules(tb, tb.tsan_build, ws.TSAN_CACHE, tsan_mods, results, man,
                                             mode, say, label=" under ThreadSanitizer", guard=guard)
+                build_times.append(time.monotonic() - t_build)
             # Under ThreadSanitizer only the items that passed: a failure is already a failure.
             passed_plain = {k for k, oc in plain.items() if oc.passed}
             tsan_env = {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1 report_signal_unsafe=0"}
@@ -397,14 +424,13 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
                                          hidden, TSAN_TIMEOUT_FACTOR, tsan_env, status=box, tsan=True,
                                          only=passed_plain),
                               workers, say, tag=" [tsan]", stop_early=stop_early)
-            elapsed = time.monotonic() - t0
         for n in built:
             res = results[n]
-            res.test_seconds = elapsed / max(1, len(built))
             for item in res.module.items(hidden):
                 oc = plain[(n, item.name)]
                 passed, reason, output, secs = oc.passed, oc.reason, oc.output, oc.seconds
-                if "thread" in res.module.sanitizers and not (stop_early and n not in tsan_built):
+                if "thread" in res.module.sanitizers and not sanitize \
+                        and not (stop_early and n not in tsan_built):
                     toc = tsan.get((n, item.name))
                     if toc is None and n not in tsan_built:
                         passed, reason = False, reason or "did not build under ThreadSanitizer"
@@ -417,6 +443,7 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
                             output += f"\n\nunder ThreadSanitizer: {toc.reason}"
                     secs += toc.seconds if toc else 0.0
                 res.items.append(ItemResult(item, passed, reason, output, secs))
+                res.test_seconds += secs   # the module's own test time (items run side by side)
 
     # Student mode: point at the earlier module that holds a later one back.
     if mode is Mode.STUDENT:
@@ -427,5 +454,6 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
                         and res.score < res.max_score:
                     res.notes.append(f"builds on {p}, which did not get full marks: fix {p} first")
     run.seconds = time.monotonic() - t_start
+    run.build_seconds = sum(build_times)
     return run
 

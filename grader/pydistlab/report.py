@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import html
 import json
+import re
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from .paths import ROOT
 from .results import GradeRun, ModuleResult
 
 OUTPUT_LIMIT = 10 * 1024  # per test in results.json / junit (Gradescope shows it to students)
@@ -112,7 +115,8 @@ def junit_xml(run: GradeRun) -> ET.ElementTree:
 def markdown(run: GradeRun) -> str:
     md = [f"# distlab grade: {_fmt(run.score)} / {_fmt(run.max_score)}", "",
           f"Mode: {run.mode}{' (with hidden tests)' if run.hidden else ''}; "
-          f"graded in {run.seconds:.1f} s.", ""]
+          f"graded in {run.seconds:.1f} s (building, all modules together: {run.build_seconds:.1f} s; "
+          f"the time column is each module's test time).", ""]
     for n in run.notes:
         md.append(f"> **Note:** {n}")
     if run.notes:
@@ -120,7 +124,7 @@ def markdown(run: GradeRun) -> str:
     md += ["| module | points | passed | failed | time | status |", "|---|---:|---:|---:|---:|---|"]
     for m in run.modules:
         md.append(f"| {m.module.name} | {_fmt(m.score)} / {_fmt(m.max_score)} | {m.passed} | {m.failed} "
-                  f"| {m.build_seconds + m.test_seconds:.1f} s | {module_status(m)} |")
+                  f"| {m.test_seconds:.1f} s | {module_status(m)} |")
     for m in run.modules:
         md += ["", f"## {m.module.name}: {_fmt(m.score)} / {_fmt(m.max_score)}", ""]
         if m.status != "graded":
@@ -153,14 +157,54 @@ def write_all(run: GradeRun, out: Path) -> None:
     (out / "report.md").write_text(markdown(run), encoding="utf-8")
 
 
-def print_table(run: GradeRun) -> None:
-    rows = [("module", "points", "passed", "failed", "time", "status")]
+#: "not implemented at FILE:LINE: ..." (runner._headline's form of a TODO that threw).
+_TODO = re.compile(r"not implemented(?: at (?P<file>[^\s:]+):(?P<line>\d+))?")
+_SIGNATURE = re.compile(r"([A-Za-z_~][\w:~]*)\s*\(")
+
+
+def _function_at(path: str, line: int) -> str:
+    """The function whose body holds path:line (the nearest definition above it that starts in
+    column 0), or "" when the file cannot be read."""
+    try:
+        lines = (ROOT / path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    for text in reversed(lines[: max(0, line - 1)]):
+        if text[:1].isalpha() and not text.startswith(("namespace", "using", "struct", "class")):
+            m = _SIGNATURE.search(text)
+            if m:
+                return m.group(1)
+    return ""
+
+
+def _todo_function(reason: str) -> str | None:
+    """For a reason that says a TODO was reached: "name (file:line)", the function not written yet
+    (never the TODO's text: the report has it); None for any other reason."""
+    m = _TODO.search(reason)
+    if not m or reason.find("not implemented") > 40:
+        return None
+    if not m.group("file"):
+        return "?"
+    name = _function_at(m.group("file"), int(m.group("line")))
+    where = f"{Path(m.group('file')).name}:{m.group('line')}"
+    return f"{name} ({where})" if name else where
+
+
+def _crashed(reason: str) -> bool:
+    return reason.startswith("crashed:") or "corrupted" in reason or "SIGSEGV" in reason \
+        or "SIGABRT" in reason
+
+
+def print_table(run: GradeRun, out_dir: str = "") -> None:
+    """The terminal summary: the table, warnings from the student's own files, then what failed
+    (first line of each diagnosis) and, collapsed, which functions are not written yet."""
+    rows = [("module", "points", "passed", "failed", "tests", "status")]
     for m in run.modules:
         rows.append((m.module.name, f"{_fmt(m.score)}/{_fmt(m.max_score)}", str(m.passed), str(m.failed),
-                     f"{m.build_seconds + m.test_seconds:.1f}s", module_status(m)))
+                     f"{m.test_seconds:.1f}s", module_status(m)))
     rows.append(("total", f"{_fmt(run.score)}/{_fmt(run.max_score)}",
                  str(sum(m.passed for m in run.modules)), str(sum(m.failed for m in run.modules)),
-                 f"{run.seconds:.1f}s", ""))
+                 f"{sum(m.test_seconds for m in run.modules):.1f}s", ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     print()
     for n in run.notes:
@@ -169,17 +213,52 @@ def print_table(run: GradeRun) -> None:
         print("  ".join(c.ljust(w) if j in (0, 5) else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))))
         if i == 0 or i == len(rows) - 2:
             print("  ".join("-" * w for w in widths))
+    print(f"{run.seconds:.1f} s in all: building {run.build_seconds:.1f} s (one build for every module "
+          f"graded), then the tests (each module's test time above)")
     warnings = sorted(set(run.warnings))
     if warnings:
-        print(f"\ncompiler warnings ({len(warnings)}; they cost no points, but read them):")
+        print(f"\nwarnings in your files ({len(warnings)}; they cost no points, but read them):")
         for w in warnings[:5]:
             print(f"  {w[:160]}")
+    todo: dict[str, list[str]] = {}
+    failed: list[str] = []
+    crashed: list[str] = []
     for m in run.modules:
         if m.status != "graded":
-            print(f"\n{m.module.name}: {m.status}\n  " + "\n  ".join(m.message.splitlines()[:12]))
-        for n in m.notes:
-            print(f"{m.module.name}: note: {n.splitlines()[0]}")
+            failed.append(f"{m.module.name}: {m.status}: " + "\n    ".join(m.message.splitlines()[:12]))
+        first = len(failed)
         for r in m.items:
-            if not r.passed:
-                reason = r.reason if len(r.reason) <= 110 else r.reason[:107] + "..."
-                print(f"  {r.item.full_name}: {reason}")
+            if r.passed:
+                continue
+            fn = _todo_function(r.reason)
+            if fn == "?":   # no file:line in the message: name the item instead
+                fn = f"({r.item.name})"
+            if fn is not None:
+                names = todo.setdefault(m.module.name, [])
+                if fn not in names:
+                    names.append(fn)
+                continue
+            reason = r.reason if len(r.reason) <= 150 else r.reason[:147] + "..."
+            failed.append(f"{r.item.full_name}: {reason}")
+            if _crashed(r.reason):
+                crashed.append(m.module.name)
+        if len(failed) > first or m.status != "graded" or m.passed:
+            # (A module of untouched stubs needs no note: its list of functions says it all.)
+            failed[first:first] = [f"{m.module.name}: note: {n.splitlines()[0]}" for n in m.notes]
+    if failed:
+        print(f"\nfailed ({sum(1 for line in failed if ': note: ' not in line)}):")
+        for line in failed:
+            print(f"  {line}")
+    if crashed:
+        mods = " ".join(sorted(set(crashed)))
+        print(f"  a test crashed: ./distlab grade --sanitize address {mods} names the bad access "
+              f"(your line first)")
+    if todo:
+        count = sum(len(v) for v in todo.values())
+        print(f"\nnot implemented yet ({count} functions; each TODO says what to write, "
+              f"./distlab hint MODULE FUNCTION helps):")
+        for name, fns in todo.items():
+            print(textwrap.fill(", ".join(f.split(" (")[0] for f in fns), width=110,
+                                initial_indent=f"  {name}: ", subsequent_indent=" " * (len(name) + 4)))
+    if out_dir:
+        print(f"\nfull diagnosis: {out_dir}/report.md (also results.json, junit.xml)")

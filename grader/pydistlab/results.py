@@ -42,8 +42,8 @@ class ModuleResult:
     message: str = ""             # compiler errors / what blocks
     notes: list[str] = field(default_factory=list)
     items: list[ItemResult] = field(default_factory=list)
-    build_seconds: float = 0.0
-    test_seconds: float = 0.0
+    build_seconds: float = 0.0    # this module's own build steps (its sandboxed files, its retries)
+    test_seconds: float = 0.0     # its items' run times, summed (items run side by side)
     hidden: bool = False
 
     @property
@@ -71,6 +71,7 @@ class GradeRun:
     modules: list[ModuleResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    build_seconds: float = 0.0    # building, all modules together (one ninja run serves them all)
     warnings: list[str] = field(default_factory=list)   # compiler warnings seen while building
 
     @property

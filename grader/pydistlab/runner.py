@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -162,9 +163,11 @@ def _headline(failures: list[str], output: str) -> str:
                 line = line.strip()
                 start = line.find(key) if key in ("deadlock:", "not implemented:") else 0
                 line = line[start:]
-                for tail in ('" thrown in the test body.', '" thrown in SetUp().', '" thrown in TearDown().'):
+                for tail in ('" thrown in the test body.', '" thrown in SetUp().', '" thrown in TearDown().',
+                             '".', '"'):   # (the last two: gtest's "it throws ... description \"...\".")
                     if line.endswith(tail):
                         line = line[: -len(tail)]
+                        break
                 where = line.rfind(" (") if key == "not implemented:" and line.endswith(")") else -1
                 if where > 0 and len(line) - where < 120:
                     # A TODO: its place first (file:line says which function), so that a table
@@ -173,8 +176,15 @@ def _headline(failures: list[str], output: str) -> str:
                     return f"not implemented at {line[where + 2:-1]}: {text}"[:240]
                 return line[:240]
     for f in failures:
-        for line in f.splitlines()[1:] + f.splitlines()[:1]:
-            if line.strip() and not line.strip().endswith(":"):
+        # The test's own message (what follows gtest's "Expected ... Which is ..." lines) says
+        # more than gtest's expression dump: take its first line when there is one.
+        body = f.splitlines()[1:]
+        own = [line.strip() for line in body if line.strip() and not line.startswith(" ")
+               and not _GTEST_LINE.match(line.strip())]
+        if own:
+            return own[0][:240]
+        for line in body + f.splitlines()[:1]:
+            if line.strip() and not line.strip().endswith(":") and line.strip() != "Failed":
                 return line.strip()[:240]
     return "test failed"
 
@@ -234,6 +244,31 @@ class _InAgent(_Process):
         if self.rc is None:   # still running (a timeout or a flood): end its whole sandbox
             self.agent.kill()
             self.rc = -signal.SIGKILL
+#: Lines gtest writes itself around a failed assertion (not the test's own message).
+_GTEST_LINE = re.compile(r"^(Expected|Actual|Value of|Which is|Failed$|The difference between|"
+                         r"Expected equality|expected|actual|Google Test trace|\S+:\d+: Failure|"
+                         r"Death test|Result:|Error msg:|With diff:|Whose value|evaluates to)")
+
+
+_FRAME = re.compile(r"^\s*#(\d+) 0x[0-9a-f]+ in (.+?) (\S+?:\d+)(?::\d+)?\s*$")
+
+
+def sanitizer_headline(output: str) -> str:
+    """The first line of an AddressSanitizer or UndefinedBehaviorSanitizer report, with the first
+    stack frame in the student's files (exercises/...) named first; "" when there is none."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if "ERROR: AddressSanitizer:" in line:
+            kind = line.split("ERROR: AddressSanitizer:", 1)[1].strip().split(" on address")[0]
+            frames = [m for m in (_FRAME.match(x) for x in lines[i + 1:i + 60]) if m]
+            own = next((m for m in frames if "exercises/" in m.group(3)), frames[0] if frames else None)
+            if own is None:
+                return f"AddressSanitizer: {kind}"
+            return f"AddressSanitizer: {kind} at {own.group(3)} in {own.group(2)}"[:240]
+        if ": runtime error: " in line:
+            where, _, what = line.partition(": runtime error: ")
+            return f"undefined behaviour at {where.strip()}: {what.strip()}"[:240]
+    return ""
 
 
 def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
@@ -294,6 +329,7 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
     limit = sandbox.limit_reason(rc, output, limits, jail is not None and jail.uses_memory_limit(),
                                  network_off) if jail is not None and not timed_out else ""
     tsan = "WARNING: ThreadSanitizer" in output
+    sanitizer = sanitizer_headline(output) if "Sanitizer" in output or "runtime error:" in output else ""
     if cap.flooded:
         return Outcome(False, f"output flood: more than {FLOOD_LIMIT // 1024} KiB written; killed",
                        output, seconds)
@@ -302,10 +338,15 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
                        f"wait that never ends", output, seconds)
     if tsan:
         return Outcome(False, "data race reported by ThreadSanitizer", output, seconds)
+    if sanitizer:
+        return Outcome(False, sanitizer, output, seconds)
     if rc is not None and rc < 0:
         if limit:
             return Outcome(False, f"{limit} (killed by {signal_name(rc)})", output, seconds)
-        return Outcome(False, f"crashed: {signal_name(rc)}", output, seconds)
+        said = next((line.strip() for line in reversed(output.splitlines())
+                     if re.search(r"malloc|free\(\)|corrupted|terminate called|Assertion|smashing", line)), "")
+        return Outcome(False, f"crashed: {signal_name(rc)}" + (f" ({said[:120]})" if said else ""),
+                       output, seconds)
     if parsed is None:
         if limit:
             return Outcome(False, f"{limit}; exited with status {rc}", output, seconds)

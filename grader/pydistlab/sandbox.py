@@ -37,6 +37,7 @@ from pathlib import Path
 
 from . import deps, manifest as mf
 from .errors import DistlabError
+from .paths import is_release
 
 #: The uid (and gid) test processes run as when the grader is root; one per parallel worker, so
 #: the process limit (counted per user) of one test never starves another.
@@ -157,9 +158,14 @@ def describe(status: Status) -> str:
         return "sandbox: OFF (" + status.reason + "): submission code runs with the grader's rights"
     if os.geteuid() == 0:
         return ("sandbox: resource limits and an unprivileged uid, no namespaces: " + status.reason +
-                ". The network is not cut off (docs/instructor-guide.md, Threat model)")
+                ". The network is not cut off" + _threat_model())
     return ("sandbox: resource limits only: " + status.reason + ". Submission code can read what "
-            "this user can read and reach the network (docs/instructor-guide.md, Threat model)")
+            "this user can read and reach the network" + _threat_model())
+
+
+def _threat_model() -> str:
+    """Where the threat model is documented (the instructors' guide: not in a student repository)."""
+    return "" if is_release() else " (docs/instructor-guide.md, Threat model)"
 
 
 # ---- owned headers --------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,20 +36,54 @@ BASE_CACHE = {
     "DISTLAB_BUILD_TESTS": "ON",
     "DISTLAB_WITH_NCCL": "OFF",
 }
+#: `grade --sanitize address`: AddressSanitizer + UndefinedBehaviorSanitizer, optimised a little
+#: (the tests stay fast) with debug information (file:line in every frame).
+ASAN_CACHE = dict(BASE_CACHE, CMAKE_BUILD_TYPE="RelWithDebInfo", DISTLAB_SANITIZE="address,undefined")
+ASAN_ENV = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:halt_on_error=1",
+            "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
 TSAN_CACHE = dict(BASE_CACHE, CMAKE_BUILD_TYPE="RelWithDebInfo", DISTLAB_SANITIZE="thread",
                   DISTLAB_ARCH="portable")
 
 
 class Progress:
-    """Prints "[  12.3s] message" lines (nothing when quiet)."""
+    """Prints "[  12.3s] message" lines (nothing when quiet). status() is a passing message (a
+    step of the build, a test that finished): on a terminal it overwrites itself on one line,
+    elsewhere (a log, a pipe) it is left out, so the output stays short; DISTLAB_VERBOSE=1 prints
+    every one as a line."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
         self.t0 = time.monotonic()
+        self.tty = sys.stdout.isatty()
+        self.verbose = os.environ.get("DISTLAB_VERBOSE", "") not in ("", "0")
+        self.pending = False
+
+    def _clear(self) -> None:
+        if self.pending:
+            sys.stdout.write("\r\033[K")
+            self.pending = False
 
     def __call__(self, msg: str) -> None:
         if not self.quiet:
+            self._clear()
             print(f"[{time.monotonic() - self.t0:6.1f}s] {msg}", flush=True)
+
+    def status(self, msg: str) -> None:
+        if self.quiet:
+            return
+        if self.verbose:
+            self(msg)
+        elif self.tty:
+            width = shutil.get_terminal_size((100, 20)).columns - 1
+            self._clear()
+            sys.stdout.write(f"[{time.monotonic() - self.t0:6.1f}s] {msg.strip()}"[:width])
+            sys.stdout.flush()
+            self.pending = True
+
+    def done(self) -> None:
+        """Ends a passing message (before other output)."""
+        self._clear()
+        sys.stdout.flush()
 
 
 @dataclass
@@ -57,8 +93,8 @@ class TreeBuild:
     tsan_build: Path
 
     def first_errors(self, output: str) -> str:
-        """first_errors() of a build log of this workspace."""
-        return first_errors(output, str(self.src) + "/")
+        """first_errors() of a build log of this workspace, the students' own files first."""
+        return first_errors(output, str(self.src) + "/", prefer=owned_files())
 
 
 # ---- the clean copy -------------------------------------------------------------------------
@@ -118,7 +154,7 @@ def open_tree(tree_id: str, overlay: dict[str, bytes], hidden: bool, say: Progre
         files.update(overlay)
         cmake_lists = _cmake_lists(src)
         written, removed = tree.mirror(files, src)
-        say(f"clean copy {rel(src)}: {written} files written, {removed} removed")
+        say.status(f"clean copy {rel(src)}: {written} files written, {removed} removed")
         if cmake_lists and _cmake_lists(src) != cmake_lists:
             # A folder with a CMakeLists.txt came or went (grader/hidden/ with and without
             # --hidden): CMake must look again, and ninja re-runs it only for a changed file.
@@ -151,13 +187,31 @@ def configure(tb: TreeBuild, build_dir: Path, cache: dict[str, str], say: Progre
     cmake.configure(tb.src, build_dir, cache, quiet=True)
 
 
-def first_errors(output: str, strip: str) -> str:
-    """The first compiler errors of a build log, with the clean copy's path removed."""
+def owned_files() -> list[str]:
+    """Every file a student owns (manifest), as paths relative to the kit's root."""
+    return [o for m in mf.load().modules.values() for o in m.owned]
+
+
+def own_warnings(output: str, strip: str, owned: list[str]) -> list[str]:
+    """The compiler's warning lines of a build log that point into the student's own files (the
+    kit's code and third-party headers are the kit's business, not the student's)."""
+    return [line.replace(strip, "") for line in output.splitlines()
+            if "warning:" in line and line.replace(strip, "").startswith(tuple(owned))]
+
+
+def first_errors(output: str, strip: str, prefer: list[str] | None = None) -> str:
+    """The first compiler errors of a build log, with the clean copy's path removed. prefer: file
+    paths (the student's own): the first error located in one of them comes first."""
     text = output.replace(strip, "")
     lines = text.splitlines()
     keep: list[str] = []
-    start = next((i for i, line in enumerate(lines) if re.search(r"\berror\b|undefined reference", line)),
-                 None)
+    is_error = re.compile(r"\berror\b|undefined reference")
+    start = None
+    if prefer:
+        start = next((i for i, line in enumerate(lines)
+                      if line.startswith(tuple(prefer)) and is_error.search(line)), None)
+    if start is None:
+        start = next((i for i, line in enumerate(lines) if is_error.search(line)), None)
     if start is None:
         start = next((i for i, line in enumerate(lines) if "FAILED:" in line),
                      max(0, len(lines) - ERROR_LINES))

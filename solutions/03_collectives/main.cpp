@@ -263,20 +263,16 @@ int main(int argc, char** argv) {
   bool full = false;
   std::string csv_path;
   std::vector<std::string> only;
-  double reduce_bps = 0;
   app.add_flag("--full", full, "every size from 4 KiB to 16 MiB (x4) and world sizes 2..16");
   app.add_option("--csv", csv_path,
                  "write rows collective,algorithm,world_size,bytes,sim_time_s,wall_time_s,"
                  "bytes_sent_per_rank to this file");
   app.add_option("--collective", only,
                  "only these: broadcast, reduce, all-reduce, gather, all-gather, reduce-scatter");
-  app.add_option("--reduce-bandwidth", reduce_bps,
-                 "local reduction speed in bytes/s for the simulated clock (0 = free)");
   CLI11_PARSE(app, argc, argv);
 
   try {
     dist::LaunchOptions opts = flags->resolve();
-    opts.network.reduce_Bps = reduce_bps;
     if (opts.backend != dist::Backend::Threads) {
       std::fprintf(stderr, "run_03_collectives compares simulated times: use --backend threads\n");
       return 2;

@@ -61,7 +61,8 @@ def plot(png: Path) -> int:
                                f"{(r.stdout + r.stderr)[-2000:]}")
         kept = png.with_suffix(".csv")
         shutil.copyfile(data, kept)
-        py = deps.matplotlib_python()
+        # Installed like the other packages (as root on Debian/Ubuntu) the first time a plot is asked.
+        py = deps.matplotlib_python() if deps.ensure_optional("python3-matplotlib") else None
         if py:
             p = subprocess.run([py, str(PLOT_PROGRAM), str(data), str(png)], capture_output=True, text=True)
             if p.returncode == 0:
@@ -120,7 +121,8 @@ def _program_plot(a: argparse.Namespace, module: str, flags: list[str], plot_pro
         png = Path(a.plot).resolve()
         kept = png.with_suffix(".csv")
         shutil.copyfile(data, kept)
-        py = deps.matplotlib_python()
+        # Installed like the other packages (as root on Debian/Ubuntu) the first time a plot is asked.
+        py = deps.matplotlib_python() if deps.ensure_optional("python3-matplotlib") else None
         if not py:
             print("matplotlib is not installed, so no plot (sudo apt-get install -y python3-matplotlib); "
                   f"the table is above, the data in {kept}")
@@ -152,9 +154,7 @@ def main(a: argparse.Namespace) -> int:
               "sudo apt-get install -y openmpi-bin libopenmpi-dev, then run this again)")
         with_mpi = False
     targets = ["bench_collectives"] + (["bench_mpi_allreduce"] if with_mpi else [])
-    r = cmake.build(build_dir, targets, capture=False)
-    if not r.ok:
-        raise DistlabError("the benchmarks do not build (see above)")
+    build.ensure_built("default", False, targets)
     # bench_collectives runs bench_mpi_allreduce under mpirun itself (--mpi) for each world size,
     # with the same sizes, and prints the two side by side with the busbw ratio.
     cmd = [str(build_dir / "bin" / "bench_collectives"), *args] + (["--mpi"] if with_mpi else [])

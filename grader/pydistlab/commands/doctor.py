@@ -7,9 +7,10 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-from .. import deps, sandbox
-from ..paths import BUILD, rel
+from .. import cmake, deps, sandbox
+from ..paths import BUILD, is_release, rel
 
 
 def _first_line(cmd: list[str], pick: int = 0) -> str:
@@ -40,12 +41,34 @@ def _row(name: str, ok: bool, detail: str, note: str = "") -> None:
     print(f"  {mark}{name:<34} {detail}{('  ' + note) if note else ''}")
 
 
+def _trees() -> list[Path]:
+    """Every configured build tree under build/ (presets and the grader's trees), newest first."""
+    found = [c.parent for c in BUILD.glob("*/CMakeCache.txt")] + \
+        [c.parent for c in BUILD.glob("grade/*/build*/CMakeCache.txt")]
+    return sorted(found, key=lambda d: (d / "CMakeCache.txt").stat().st_mtime, reverse=True)
+
+
 def _backends() -> None:
-    """Which backends the newest build has, from its distlab_info program (nothing is built here)."""
+    """The build trees, and which backends the newest has, from its distlab_info program (built
+    there, one small target, when the tree has none yet)."""
+    trees = _trees()
+    print("\n  Build trees" + ("" if trees else ": none yet (./distlab grade or ./distlab build)"))
+    for d in trees:
+        c = cmake.cached(d)
+        what = ", ".join(x for x in (c.get("DISTLAB_IMPL", "?"), c.get("CMAKE_BUILD_TYPE", ""),
+                                    f"sanitize={c['DISTLAB_SANITIZE']}" if c.get("DISTLAB_SANITIZE") else "",
+                                    f"arch={c.get('DISTLAB_ARCH', '?')}") if x)
+        built = len(list((d / "bin").glob("*"))) if (d / "bin").is_dir() else 0
+        print(f"      {rel(d):<38} {what}; {built} programs built")
     infos = sorted(BUILD.glob("**/bin/distlab_info"), key=lambda p: p.stat().st_mtime, reverse=True)
+    plain = [d for d in trees if not cmake.cached(d).get("DISTLAB_SANITIZE")]
+    if not infos and plain and cmake.configured(plain[0]):
+        r = cmake.build(plain[0], ["distlab_info"])
+        if r.ok:
+            infos = [plain[0] / "bin" / "distlab_info"]
     print("\n  Backends built", end="")
     if not infos:
-        print(": no build yet (./distlab build, then ./distlab doctor again)")
+        print(": no build yet (./distlab grade or ./distlab build, then ./distlab doctor again)")
         return
     print(f" (in {rel(infos[0].parent.parent)})")
     try:
@@ -96,7 +119,7 @@ def main(install: bool = False) -> int:
 
     _backends()
 
-    print("\n  Grading sandbox (docs/instructor-guide.md, Threat model)")
+    print("\n  Grading sandbox" + ("" if is_release() else " (docs/instructor-guide.md, Threat model)"))
     box = sandbox.probe("auto") if shutil.which("bwrap") else sandbox.Status(
         "limits-only", "bubblewrap is not installed")
     _row("bubblewrap namespaces", box.isolated, sandbox.describe(box))

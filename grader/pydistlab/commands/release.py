@@ -2,8 +2,10 @@
 
 What is left out: solutions/, grader/hidden/ (the hidden tests and their items.toml), the mutants
 of the reference (grader/mutants/: solutions with one planted mistake each), the grader's own
-self-tests and the Gradescope autograder; every other file, grader/manifest.toml included, is
-copied unchanged. The result builds and grades on its own (./distlab grade there grades the stubs
+self-tests, the Gradescope autograder and the instructors' guides (docs/instructor-guide.md,
+docs/authoring.md; README.md loses its links to them); every other file, grader/manifest.toml
+included, is copied unchanged. In the student repository `./distlab --help` lists only the
+students' commands (cli.py). The result builds and grades on its own (./distlab grade there grades the stubs
 to zero)."""
 from __future__ import annotations
 
@@ -14,12 +16,33 @@ from .. import manifest as mf, stubs, tree
 from ..errors import DistlabError
 from ..paths import CXX_EXTENSIONS, ROOT, is_release
 
-LEFT_OUT = ("solutions/", "grader/hidden/", "grader/mutants/", "grader/selftest/", "grader/gradescope/")
+LEFT_OUT = ("solutions/", "grader/hidden/", "grader/mutants/", "grader/selftest/", "grader/gradescope/",
+            "docs/instructor-guide.md", "docs/authoring.md", "bench/make_submissions.py")
+
+
+def student_readme(text: str) -> str:
+    """README.md as students get it: without the list entries that point at the instructors' guides
+    (left out) and without the quickstart line of the self-test (an instructors' command)."""
+    out: list[str] = []
+    skipping = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("* "):
+            skipping = any(f"({doc})" in line for doc in LEFT_OUT if doc.endswith(".md"))
+        elif not line.startswith("  "):
+            skipping = False
+        if skipping or line.startswith("./distlab test "):
+            continue
+        out.append(line)
+    return "".join(out)
 
 
 def release_files() -> dict[str, Path | bytes]:
-    """The kit's files that go to students: relative path -> file."""
-    return {name: ROOT / name for name in tree.kit_files(ROOT) if not name.startswith(LEFT_OUT)}
+    """The kit's files that go to students: relative path -> file (README.md: student_readme())."""
+    files: dict[str, Path | bytes] = {name: ROOT / name for name in tree.kit_files(ROOT)
+                                      if not name.startswith(LEFT_OUT)}
+    if "README.md" in files:
+        files["README.md"] = student_readme((ROOT / "README.md").read_text(encoding="utf-8")).encode()
+    return files
 
 
 def main(out: str, force: bool = False) -> int:

@@ -106,6 +106,16 @@ def step_build(t: Tally) -> None:
         if not t.check(r.ok, "the kit builds with solutions/", tb.first_errors(r.output)):
             return
         t.check(not warnings, "the kit builds warning-free", "\n".join(warnings[:15]))
+        # Every module program starts: `run_<module> --help` answers (a flag defined twice makes
+        # CLI11 abort before main's first line, on every run).
+        for exe in sorted((tb.build / "bin").glob("run_*")):
+            try:
+                r2 = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60,
+                                    stdin=subprocess.DEVNULL)
+                ok, detail = r2.returncode == 0, (r2.stdout + r2.stderr)[-1500:]
+            except (OSError, subprocess.TimeoutExpired) as e:
+                ok, detail = False, str(e)
+            t.check(ok, f"{exe.name} --help answers", detail)
         _ctest(tb.build, ["-LE", "module"], None, t, "(kit tests)")
 
 
