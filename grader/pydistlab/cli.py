@@ -114,6 +114,13 @@ def _cmd_test(a: argparse.Namespace) -> int:
 INSTRUCTOR_ONLY = {"sync", "check", "release", "gradescope-zip", "golden", "mutants", "test"}
 
 
+def _instructor_only(name: str) -> Callable[[argparse.Namespace], int]:
+    def refuse(_a: argparse.Namespace) -> int:
+        raise DistlabError(f"./distlab {name} is an instructor command: this is a student repository, "
+                           f"without the solutions, hidden tests and mutants it works on")
+    return refuse
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="./distlab", description="distlab: build, run, grade and "
                                 "release the parallel-programming course kit.",
@@ -123,7 +130,11 @@ def parser() -> argparse.ArgumentParser:
 
     def add(name: str, fn: Callable[[argparse.Namespace], int], help_: str) -> argparse.ArgumentParser:
         if name in INSTRUCTOR_ONLY and is_release():
-            return argparse.ArgumentParser(add_help=False)   # not offered in a student repository
+            # Not offered in a student repository (not listed), but named when asked for.
+            sp = sub.add_parser(name, add_help=False, prefix_chars="\0")   # every word an argument
+            sp.add_argument("rest", nargs="*")
+            sp.set_defaults(func=_instructor_only(name))
+            return argparse.ArgumentParser(add_help=False)   # its options go nowhere
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.set_defaults(func=fn)
         return sp

@@ -115,7 +115,14 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
             view, trusted = sandbox.uid_prefix(lend_to), []
         else:
             plan = None
+    up_to_date = False
     if plan is not None and guard is not None:
+        # A re-grade of unchanged files: ninja -n (which runs nothing) says there is nothing to
+        # compile or link, so no sandbox needs to start for the build.
+        idle = cmake.build(build_dir, ["distlab_dist"] + [_target(n, known) for n in present],
+                           keep_going=True, dry_run=True)
+        up_to_date = idle.ok and "no work to do" in idle.output
+    if plan is not None and guard is not None and not up_to_date:
         # 1. The submission's own translation units, where nothing secret can be read.
         needed = {m for n in present for m in (n, *man.prerequisites_closure(n))}
         per_module = {n: plan.objects_of(set(guard.untrusted.get(n, []))) for n in man.order if n in needed}
@@ -153,7 +160,7 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
     # then each module is built on its own to attribute errors.
     buildable = [n for n in present if not ({n, *man.prerequisites_closure(n)} & failed)]
     targets = ["distlab_dist"] + [_target(n, known) for n in buildable]
-    if plan is not None and guard is not None and untrusted_objects:
+    if plan is not None and guard is not None and untrusted_objects and not up_to_date:
         # Never compile an untrusted source outside its view: ninja -n lists what would run, and a
         # module whose files would be compiled again is not built.
         dry = cmake.build(build_dir, targets, keep_going=True, dry_run=True)
@@ -166,7 +173,8 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
         buildable = [n for n in present if not ({n, *man.prerequisites_closure(n)} & failed)]
         targets = ["distlab_dist"] + [_target(n, known) for n in buildable]
     say(f"building {', '.join(buildable) or 'the kit library'}{label}")
-    bulk = cmake.build(build_dir, targets, keep_going=True, progress=say.status, prefix=trusted)
+    bulk = cmake.Result(True, "", 0.0) if up_to_date else \
+        cmake.build(build_dir, targets, keep_going=True, progress=say.status, prefix=trusted)
     say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
     if lend_to is not None and plan is not None and guard is not None:
         sandbox.lock_away(plan, ROOT, guard.hide)   # the new test programs too
