@@ -3,6 +3,7 @@
 // semantics and times, the host blocks only where CUDA's host blocks, and the stream-race
 // detector reports a missing dependency (naming both streams, both operations and the buffer)
 // and stays quiet when the dependency is there.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -338,4 +339,107 @@ TEST(Device, TraceHasOneTrackPerStreamPerRank) {
     EXPECT_NEAR(times[compute].second, 2000.0, 1e-6);               // microseconds
     EXPECT_TRUE(spans[tid_of[rk]].count("synchronize 'compute'"));  // the host's lost time
   }
+}
+
+// ---- collectives on a stream ---------------------------------------------------------------------
+
+namespace {
+
+/// The simulated time of a blocking dist::all_reduce of n floats started at clock 0.
+double blocking_all_reduce_time(int p, std::size_t n) {
+  std::vector<double> t(static_cast<std::size_t>(p));
+  run_ranks(threads_options(p), [&] {
+    std::vector<float> x(n, 1.0f);
+    dist::all_reduce(std::span<float>(x));
+    t[static_cast<std::size_t>(dist::rank())] = dist::sim_time();
+  });
+  return t[0];
+}
+
+/// buf = rank + 1 everywhere, by a kernel of `seconds` on `s`.
+void fill_rank(dev::Stream& s, dev::DeviceBuffer<float>& buf, double seconds) {
+  fill(s, buf, static_cast<float>(dist::rank() + 1), seconds, "backward");
+}
+
+}  // namespace
+
+TEST(DeviceCollectives, AsyncAllReduceWaitOrdersTheComputeStreamNotTheHost) {
+  constexpr int p = 4;
+  constexpr std::size_t n = 1 << 16;
+  const double t_ar = blocking_all_reduce_time(p, n);
+  ASSERT_GT(t_ar, 0.0);
+  run_ranks(threads_options(p), [&] {
+    dev::Stream comm("comm");
+    dev::Stream compute = dev::current_stream();
+    dev::DeviceBuffer<float> grad("grad", n), out("out", n);
+    fill_rank(comm, grad, 0.0);
+    const auto before = dist::stats().builtin_collectives;
+    dist::Work work = dev::all_reduce_async(grad, comm);
+    EXPECT_EQ(dist::stats().builtin_collectives, before + 1);
+    EXPECT_FALSE(work.is_completed());
+    work.wait();
+    EXPECT_EQ(dist::sim_time(), 0.0);                  // the host never blocked
+    add_one(compute, grad, out, 1 * kMs, "sgd_step");  // ordered after the all-reduce: no race
+    EXPECT_EQ(dist::sim_time(), 0.0);
+    compute.synchronize();
+    EXPECT_NEAR(dist::sim_time(), t_ar + 1 * kMs, 1e-12);
+    EXPECT_TRUE(work.is_completed());
+    const float sum = p * (p + 1) / 2.0f;
+    EXPECT_TRUE(elements_near(to_host(out, compute), std::vector<float>(n, sum + 1.0f)));
+  });
+}
+
+TEST(DeviceCollectives, SkippingTheWaitIsAStreamRace) {
+  const std::string msg = expect_error<dev::StreamRaceError>(threads_options(2), [] {
+    dev::Stream comm("comm");
+    dev::Stream compute = dev::current_stream();
+    dev::DeviceBuffer<float> grad("grad", 8), out("out", 8);
+    fill_rank(comm, grad, 0.0);
+    dist::Work work = dev::all_reduce_async(grad, comm);
+    add_one(compute, grad, out, 1 * kMs, "sgd_step");  // work.wait() forgotten
+    work.wait();
+  });
+  for (const char* part : {"buffer 'grad'", "kernel 'sgd_step' on stream 'compute' reads",
+                           "all_reduce on stream 'comm' writes", "record an event on 'comm'"}) {
+    EXPECT_NE(msg.find(part), std::string::npos) << part << "\nin: " << msg;
+  }
+}
+
+TEST(DeviceCollectives, PollingIsCompletedCostsHostTimeStreamOrderingDoesNot) {
+  constexpr int p = 2;
+  constexpr std::size_t n = 1 << 14;
+  const double t_ar = blocking_all_reduce_time(p, n);
+  run_ranks(threads_options(p), [&] {
+    dev::Stream comm("comm");
+    dev::DeviceBuffer<float> grad("grad", n);
+    dist::Work work = dev::all_reduce_async(grad, comm);
+    int polls = 0;
+    while (!work.is_completed()) {
+      dist::sim_compute(1e-6, "poll");
+      ++polls;
+    }
+    EXPECT_GE(dist::sim_time(), t_ar);
+    EXPECT_LT(dist::sim_time(), t_ar + 1e-6 + 1e-12);
+    EXPECT_EQ(polls, static_cast<int>(std::ceil(t_ar / 1e-6 - 1e-9)));
+  });
+}
+
+TEST(DeviceCollectives, ComputeOverlapsTheCollectiveAndItStartsWhenEveryStreamReachesIt) {
+  constexpr int p = 2;
+  constexpr std::size_t n = 1 << 16;
+  const double t_ar = blocking_all_reduce_time(p, n);
+  run_ranks(threads_options(p), [&] {
+    dev::Stream comm("comm");
+    dev::Stream compute = dev::current_stream();
+    dev::DeviceBuffer<float> grad("grad", n), other("other", n);
+    // Rank 1's comm stream is busy 2 ms first: everyone's all-reduce starts at 2 ms.
+    fill_rank(comm, grad, dist::rank() == 1 ? 2 * kMs : 0.0);
+    dist::Work work = dev::all_reduce_async(grad, comm);
+    fill(compute, other, 1.0f, 3 * kMs, "backward_rest");  // independent: overlaps
+    work.wait();
+    compute.synchronize();
+    EXPECT_NEAR(dist::sim_time(), std::max(3 * kMs, 2 * kMs + t_ar), 1e-12);
+    comm.synchronize();
+    EXPECT_NEAR(dist::sim_time(), std::max(3 * kMs, 2 * kMs + t_ar), 1e-12);
+  });
 }

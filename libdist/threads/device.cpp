@@ -69,9 +69,6 @@ std::size_t index_of(const DeviceContext& c, int handle, std::size_t count, cons
   return index;
 }
 
-StreamState& stream_of(const DeviceContext& c, int handle) {
-  return c.dev.streams[index_of(c, handle, c.dev.streams.size(), "stream")];
-}
 EventState& event_of(const DeviceContext& c, int handle) {
   return c.dev.events[index_of(c, handle, c.dev.events.size(), "event")];
 }
@@ -83,6 +80,14 @@ void charge_launch(const DeviceContext& c) {
     c.engine->sim_compute(c.rank, c.dev.model.launch_overhead_s, "launch");
   }
 }
+
+}  // namespace
+
+StreamState& stream_of(const DeviceContext& c, int handle) {
+  return c.dev.streams[index_of(c, handle, c.dev.streams.size(), "stream")];
+}
+
+namespace {
 
 /// The host blocks until simulated time `until`, then knows everything `clock` covers.
 void host_wait(const DeviceContext& c, double until, const VectorClock& clock,
@@ -105,14 +110,13 @@ void trace_span(const DeviceContext& c, const StreamState& s, const std::string&
 
 }  // namespace
 
-/// Enqueues one operation on a stream: times it, checks it for races, runs its data effect.
-DeviceOp enqueue(const DeviceContext& c, int stream, const std::string& what, double duration,
+DeviceOp enqueue(const DeviceContext& c, int stream, const std::string& what,
                  const std::vector<device::detail::Access>& accesses,
-                 const std::function<void()>& effect, std::uint64_t bytes) {
+                 const std::function<double(double start)>& run, std::uint64_t bytes,
+                 bool traced_by_run) {
   const std::size_t index = index_of(c, stream, c.dev.streams.size(), "stream");
-  StreamState& s = c.dev.streams[index];
   const std::size_t agent = 1 + index;
-  VectorClock clock = s.clock;
+  VectorClock clock = c.dev.streams[index].clock;
   join(clock, c.dev.host);
   if (clock.size() <= agent) clock.resize(agent + 1, 0);
   ++clock[agent];
@@ -120,14 +124,16 @@ DeviceOp enqueue(const DeviceContext& c, int stream, const std::string& what, do
   op.agent = agent;
   op.tick = clock[agent];
   op.what = what;
-  op.stream = s.name;
-  op.start = std::max(s.tail, host_clock(c));
-  op.end = op.start + duration;
-  check_and_record(c.rank, c.dev, op, clock, accesses);
+  op.stream = c.dev.streams[index].name;
+  op.start = std::max(c.dev.streams[index].tail, host_clock(c));
+  op.end = op.start;
+  check_accesses(c.rank, c.dev, op, clock, accesses);  // before any data moves
+  op.end = run(op.start);
+  record_accesses(c.dev, op, accesses);
+  StreamState& s = c.dev.streams[index];  // `run` may not create streams, but be safe
   s.clock = std::move(clock);
   s.tail = op.end;
-  if (effect) effect();
-  trace_span(c, s, what, op.start, op.end, bytes);
+  if (!traced_by_run) trace_span(c, s, what, op.start, op.end, bytes);
   charge_launch(c);
   return op;
 }
@@ -217,9 +223,10 @@ void copy(int stream, CopyKind kind, void* dst, const void* src, std::size_t byt
   if (src_buffer) accesses.push_back({src_buffer, false});
   if (dst_buffer) accesses.push_back({dst_buffer, true});
   fake::enqueue(
-      c, stream, fake::copy_name(kind), static_cast<double>(bytes) / bw, accesses,
-      [&] {
+      c, stream, fake::copy_name(kind), accesses,
+      [&](double start) {
         if (bytes) std::memmove(dst, src, bytes);
+        return start + static_cast<double>(bytes) / bw;
       },
       bytes);
 }
@@ -310,8 +317,8 @@ void launch(Stream& s, const Kernel& k, const std::function<void()>& body) {
   auto c = device_context("launch");
   if (k.seconds < 0) throw Error("launch: kernel '" + k.name + "' has a negative duration");
   fake::enqueue(
-      c, s.id(), "kernel '" + k.name + "'", k.seconds, k.accesses,
-      [&] {
+      c, s.id(), "kernel '" + k.name + "'", k.accesses,
+      [&](double start) {
         c.dev.body_accesses = &k.accesses;
         c.dev.body_kernel = k.name;
         struct Reset {
@@ -319,6 +326,7 @@ void launch(Stream& s, const Kernel& k, const std::function<void()>& body) {
           ~Reset() { d.body_accesses = nullptr; }
         } reset{c.dev};
         if (body) body();
+        return start + k.seconds;
       },
       0);
 }

@@ -69,6 +69,7 @@ struct DeviceState {
   // The kernel whose body runs now (check_body_access), or none.
   const std::vector<device::detail::Access>* body_accesses = nullptr;
   std::string body_kernel;
+  int current_stream = -1;  // a Stream handle, or -1: "compute", made on first use
 };
 
 /// The calling rank's engine, rank and device (created on first use). Throws dist::Error outside
@@ -80,15 +81,24 @@ struct DeviceContext {
 };
 DeviceContext device_context(const char* call);
 
-/// device.cpp: enqueues one operation on `stream` (a handle): times it on the stream, checks it
-/// for races, runs `effect` (its data movement), traces it and charges the launch overhead.
-DeviceOp enqueue(const DeviceContext& c, int stream, const std::string& what, double duration,
-                 const std::vector<device::detail::Access>& accesses,
-                 const std::function<void()>& effect, std::uint64_t bytes);
+/// device.cpp: the stream a handle names (throws if it is another rank's or invalid).
+StreamState& stream_of(const DeviceContext& c, int handle);
 
-/// stream_race.cpp: checks `op`'s accesses against each buffer's history (throws
-/// device::StreamRaceError on a race), then records them. `clock` is the op's stream clock.
-void check_and_record(int rank, DeviceState& dev, const DeviceOp& op, const VectorClock& clock,
-                      const std::vector<device::detail::Access>& accesses);
+/// device.cpp: enqueues one operation on `stream` (a handle): checks it for races, then runs
+/// `run(start)`, which moves the data and returns the simulated time the operation ends (it
+/// starts at max(stream's tail, host clock)); traces it (unless `traced_by_run`) and charges
+/// the launch overhead.
+DeviceOp enqueue(const DeviceContext& c, int stream, const std::string& what,
+                 const std::vector<device::detail::Access>& accesses,
+                 const std::function<double(double start)>& run, std::uint64_t bytes,
+                 bool traced_by_run = false);
+
+/// stream_race.cpp: throws device::StreamRaceError if one of `op`'s accesses races with a
+/// buffer's history. `clock` is the op's stream clock (with the op's own tick).
+void check_accesses(int rank, const DeviceState& dev, const DeviceOp& op, const VectorClock& clock,
+                    const std::vector<device::detail::Access>& accesses);
+/// stream_race.cpp: adds `op`'s accesses (with its final times) to the buffers' histories.
+void record_accesses(DeviceState& dev, const DeviceOp& op,
+                     const std::vector<device::detail::Access>& accesses);
 
 }  // namespace dist::detail::fake

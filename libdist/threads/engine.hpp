@@ -22,6 +22,7 @@
 //   device_state.hpp the simulated device of a rank: streams, events, buffers (<dist/device.hpp>)
 //   device.cpp       streams and events on the simulated clock; host blocking; kernels and copies
 //   stream_race.cpp  the stream-race detector (happens-before between streams, vector clocks)
+//   device_collectives.cpp  collectives on a stream (all_reduce(buf, stream)) and their Work
 //   launch.cpp       the per-rank BackendImpl and launch_threads()
 #pragma once
 

@@ -50,9 +50,8 @@ bool ordered_before(const DeviceOp& earlier, const VectorClock& clock) {
 
 }  // namespace
 
-void check_and_record(int rank, DeviceState& dev, const DeviceOp& op, const VectorClock& clock,
-                      const std::vector<device::detail::Access>& accesses) {
-  // Check every access first, so a refused operation leaves no trace in the history.
+void check_accesses(int rank, const DeviceState& dev, const DeviceOp& op, const VectorClock& clock,
+                    const std::vector<device::detail::Access>& accesses) {
   for (const auto& a : accesses) {
     auto it = dev.buffers.find(a.buffer);
     if (it == dev.buffers.end()) {
@@ -71,6 +70,10 @@ void check_and_record(int rank, DeviceState& dev, const DeviceOp& op, const Vect
       }
     }
   }
+}
+
+void record_accesses(DeviceState& dev, const DeviceOp& op,
+                     const std::vector<device::detail::Access>& accesses) {
   for (const auto& a : accesses) {
     DeviceBufferState& b = dev.buffers[a.buffer];
     if (a.write) {

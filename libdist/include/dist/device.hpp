@@ -18,11 +18,11 @@
 //
 // Which host calls block, exactly as in CUDA:
 //   * never block the host: launch, memcpy_async, Event::record, Stream::wait_event, the
-//     stream forms of the collectives (<dist/device.hpp> all_reduce(buf, stream)), query();
+//     stream forms of the collectives (all_reduce(buf, stream) below), query();
 //   * block the host until the work they name is done: Stream::synchronize (all work enqueued
 //     on the stream so far), Event::synchronize (the work before the record), device_synchronize
-//     (every stream of this rank), and Work::wait() of a stream collective only when it is asked
-//     to (see all_reduce below).
+//     (every stream of this rank). Work::wait() of all_reduce_async(buf, stream) below does not
+//     block the host: it orders the current stream after the collective.
 //   * an Event never recorded is complete (query() true, synchronize() returns at once, waiting
 //     on it orders nothing); recording again replaces what the event stands for.
 //
@@ -63,6 +63,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "dist/dist.hpp"
@@ -90,6 +91,23 @@ struct Access {
   std::uint64_t buffer = 0;
   bool write = false;
 };
+template <typename T>
+constexpr DataType data_type_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return DataType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::Float64;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DataType::Int32;
+  else {
+    static_assert(std::is_same_v<T, std::int64_t>, "float, double, int32_t or int64_t");
+    return DataType::Int64;
+  }
+}
+void all_reduce_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,
+                   std::uint64_t buffer);
+Work all_reduce_async_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,
+                         std::uint64_t buffer);
 std::uint64_t buffer_create(const std::string& name, std::size_t bytes);
 void buffer_destroy(std::uint64_t id) noexcept;
 /// Throws unless the kernel body now running declared this access.
@@ -170,8 +188,11 @@ class Stream {
   /// Never blocks the host.
   void wait_event(const Event& e);
   int id() const { return id_; }
+  /// The stream a handle id() names (for the library).
+  static Stream from_id(int id) { return Stream(id, 0); }
 
  private:
+  Stream(int id, int /*tag*/) : id_(id) {}
   int id_;
 };
 
@@ -186,8 +207,11 @@ class Event {
   /// Blocks the host until the captured work is done.
   void synchronize();
   int id() const { return id_; }
+  /// The event a handle id() names (for the library).
+  static Event from_id(int id) { return Event(id, 0); }
 
  private:
+  Event(int id, int /*tag*/) : id_(id) {}
   int id_;
 };
 
@@ -227,6 +251,35 @@ void memcpy_async(DeviceBuffer<T>& dst, const DeviceBuffer<T>& src, Stream& s) {
   if (src.size() != dst.size()) throw Error("memcpy_async: sizes differ (device to device)");
   detail::copy(s.id(), detail::CopyKind::DeviceToDevice, dst.raw(), src.raw(), src.bytes(),
                dst.id(), src.id());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Collectives on a stream (the way a NCCL process group runs them).
+
+/// The stream that Work::wait() of a stream collective orders (torch.cuda.current_stream()):
+/// per rank, a stream named "compute" made on first use, unless set_current_stream chose another.
+Stream current_stream();
+void set_current_stream(const Stream& s);
+
+/// ncclAllReduce(buf, buf, ..., s): the all-reduce of `buf` over all ranks, enqueued on `s`.
+/// Never blocks the host. It starts when `s` reaches it on every rank (the latest of the ranks'
+/// start times) and takes the time dist::all_reduce documents; it writes `buf` on stream `s`, so
+/// other streams must wait on an event recorded after it before they touch `buf`.
+template <typename T>
+void all_reduce(DeviceBuffer<T>& buf, Stream& s, ReduceOp op = ReduceOp::Sum) {
+  detail::all_reduce_on(s.id(), buf.raw(), buf.size(), detail::data_type_of<T>(), op, buf.id());
+}
+
+/// What dist::all_reduce_async is on a NCCL process group: all_reduce(buf, comm, op), then an
+/// event recorded on `comm` after it. The Work: is_completed() queries the event (never blocks);
+/// wait() makes current_stream() wait on the event (Stream::wait_event): the host does not
+/// block, and work enqueued on the current stream afterwards may use `buf`. To block the host,
+/// synchronize the stream (or an event recorded after the collective) instead.
+template <typename T>
+[[nodiscard]] Work all_reduce_async(DeviceBuffer<T>& buf, Stream& comm,
+                                    ReduceOp op = ReduceOp::Sum) {
+  return detail::all_reduce_async_on(comm.id(), buf.raw(), buf.size(), detail::data_type_of<T>(),
+                                     op, buf.id());
 }
 
 }  // namespace dist::device
