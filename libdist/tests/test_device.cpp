@@ -292,6 +292,19 @@ TEST(Device, HandlesBelongToTheirRankAndTheDeviceToALaunch) {
     dist::barrier();
   });
   EXPECT_NE(msg.find("a stream of rank 0 used on rank 1"), std::string::npos) << msg;
+  std::shared_ptr<dev::DeviceBuffer<float>> buf;
+  msg = expect_error<dist::Error>(threads_options(2), [&] {
+    dev::DeviceBuffer<float> mine("mine", 1);
+    if (dist::rank() == 0) buf = std::make_shared<dev::DeviceBuffer<float>>("rank0_buf", 1);
+    dist::barrier();
+    dev::Stream s("s");
+    if (dist::rank() == 1) fill(s, *buf, 1.0f, 1e-6);
+    dist::barrier();
+    if (dist::rank() == 0) buf.reset();
+  });
+  EXPECT_NE(msg.find("uses a buffer that no longer exists (or belongs to another rank)"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(Device, TraceHasOneTrackPerStreamPerRank) {

@@ -157,8 +157,10 @@ DeviceModel model() { return device_context("model").dev.model; }
 namespace detail {
 
 std::uint64_t buffer_create(const std::string& name, std::size_t bytes) {
-  auto& dev = device_context("DeviceBuffer").dev;
-  const std::uint64_t id = dev.next_buffer++;
+  auto c = device_context("DeviceBuffer");
+  auto& dev = c.dev;
+  // The rank in the high bits: another rank's buffer is never mistaken for one of this rank's.
+  const std::uint64_t id = (static_cast<std::uint64_t>(c.rank + 1) << 40) | dev.next_buffer++;
   auto& b = dev.buffers[id];
   b.name = name;
   b.bytes = bytes;

@@ -33,8 +33,8 @@ std::string race_report(int rank, const DeviceBufferState& buf, const DeviceOp& 
   std::ostringstream o;
   o << "stream race on rank " << rank << ", buffer '" << buf.name << "' (" << buf.bytes
     << " bytes):\n  " << later.what << " on stream '" << later.stream << "' "
-    << (later_writes ? "writes" : "reads") << " it (simulated " << us(later.start) << " to "
-    << us(later.end) << ")\n  while " << earlier.what << " on stream '" << earlier.stream << "' "
+    << (later_writes ? "writes" : "reads") << " it (would start at simulated " << us(later.start)
+    << ")\n  while " << earlier.what << " on stream '" << earlier.stream << "' "
     << (earlier_writes ? "writes" : "reads") << " it (enqueued before it, simulated "
     << us(earlier.start) << " to " << us(earlier.end) << "),\n  and nothing orders " << earlier.what
     << " before " << later.what << ".\n  Missing dependency: record an event on '" << earlier.stream
