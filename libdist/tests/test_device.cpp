@@ -354,7 +354,7 @@ TEST(Device, TraceHasOneTrackPerStreamPerRank) {
   }
 }
 
-// ---- collectives on a stream ---------------------------------------------------------------------
+// ---- collectives on a stream --------------------------------------------------------------------
 
 namespace {
 

@@ -26,16 +26,16 @@
 //   * an Event never recorded is complete (query() true, synchronize() returns at once, waiting
 //     on it orders nothing); recording again replaces what the event stands for.
 //
-// The simulated device (threads backend). Every rank has its own device. Each stream is an
-// in-order queue on the rank's simulated clock: an operation starts at the latest of the end of
-// the stream's previous operation, the host's clock when it was enqueued and the events the stream
-// was told to wait for, and lasts its modelled time (a kernel: the seconds it is given; a copy:
-// bytes / the DeviceModel's bandwidth of its direction). Different streams overlap freely. The host's
-// clock is dist::sim_time(): enqueueing costs DeviceModel::launch_overhead_s of it; synchronize
-// moves it to the end of the awaited work (shown as a span in the trace) and that is the host
-// time lost. query() is true when the work is done at the host's current simulated time.
-// The data effect of every operation happens when it is enqueued (in program order); the times
-// are what a device running the streams concurrently would take. A program whose results could
+// The simulated device (threads backend). Every rank has its own device. Each stream is an in-order
+// queue on the rank's simulated clock: an operation starts at the latest of the end of the stream's
+// previous operation, the host's clock when it was enqueued and the events the stream was told to
+// wait for, and lasts its modelled time (a kernel: the seconds it is given; a copy: bytes / the
+// DeviceModel's bandwidth of its direction). Different streams overlap freely. The host's clock is
+// dist::sim_time(): enqueueing costs DeviceModel::launch_overhead_s of it; synchronize moves it to
+// the end of the awaited work (shown as a span in the trace) and that is the host time lost.
+// query() is true when the work is done at the host's current simulated time. The data effect of
+// every operation happens when it is enqueued (in program order); the times are what a device
+// running the streams concurrently would take. A program whose results could
 // differ on a real device is exactly one with a stream race, which the device reports:
 //
 // The stream-race detector. Two operations on different streams that touch the same buffer, at
@@ -75,7 +75,7 @@ struct StreamRaceError : RankError<StreamRaceError, Error> {
   using RankError::RankError;
 };
 
-/// The cost model of the simulated device (per rank; set_model() before creating streams).
+/// The cost model of the simulated device (per rank; set_model() applies to later enqueues).
 struct DeviceModel {
   double launch_overhead_s = 0;  // host time each enqueue (kernel, copy, record, collective) costs
   double h2d_Bps = 25e9;         // host-to-device copies (PCIe 4.0 x16, pinned memory)
