@@ -10,6 +10,7 @@
 // Stream and event handles carry their rank in their id ((rank << 20) | index), so a handle
 // used on another rank is an error rather than another rank's stream.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "threads/device_state.hpp"
@@ -156,14 +157,21 @@ DeviceModel model() { return device_context("model").dev.model; }
 
 namespace detail {
 
-std::uint64_t buffer_create(const std::string& name, std::size_t bytes) {
+std::uint64_t buffer_create(const std::string& name, std::size_t bytes, std::size_t align,
+                            void** data) {
   auto c = device_context("DeviceBuffer");
   auto& dev = c.dev;
+  if (align > alignof(std::max_align_t)) throw Error("DeviceBuffer: unsupported alignment");
   // The rank in the high bits: another rank's buffer is never mistaken for one of this rank's.
   const std::uint64_t id = (static_cast<std::uint64_t>(c.rank + 1) << 40) | dev.next_buffer++;
   auto& b = dev.buffers[id];
   b.name = name;
   b.bytes = bytes;
+  // max_align_t elements: the memory is aligned for every element type DeviceBuffer allows.
+  b.memory.assign((bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t),
+                  std::max_align_t{});
+  std::memset(b.memory.data(), 0, b.memory.size() * sizeof(std::max_align_t));
+  *data = b.memory.data();
   return id;
 }
 

@@ -8,6 +8,7 @@
 // says it is done. Operation A is ordered before operation B iff B's clock has A's tick.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -43,6 +44,7 @@ struct DeviceBufferState {
   bool has_write = false;
   DeviceOp last_write;
   std::map<std::size_t, DeviceOp> reads_since_write;  // by agent: its latest read
+  std::vector<std::max_align_t> memory;  // the buffer's bytes (never resized after creation)
 };
 
 struct StreamState {

@@ -108,7 +108,9 @@ void all_reduce_on(int stream, void* buf, std::size_t count, DataType type, Redu
                    std::uint64_t buffer);
 Work all_reduce_async_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,
                          std::uint64_t buffer);
-std::uint64_t buffer_create(const std::string& name, std::size_t bytes);
+/// Allocates `bytes` zeroed bytes of device memory aligned to `align`; *data: the pointer.
+std::uint64_t buffer_create(const std::string& name, std::size_t bytes, std::size_t align,
+                            void** data);
 void buffer_destroy(std::uint64_t id) noexcept;
 /// Throws unless the kernel body now running declared this access.
 void check_body_access(std::uint64_t id, bool write);
@@ -120,19 +122,30 @@ void copy(int stream, CopyKind kind, void* dst, const void* src, std::size_t byt
 }  // namespace detail
 
 /// A buffer in device memory: `count` elements of T, zero-initialised. Move-only, like a
-/// cudaMalloc'd pointer with an owner. `name` appears in race reports and the trace.
+/// cudaMalloc'd pointer with an owner. `name` appears in race reports and the trace. The device
+/// owns the memory (on the simulated device, host memory kept with the buffer's race history).
 template <typename T>
 class DeviceBuffer {
  public:
-  DeviceBuffer(const std::string& name, std::size_t count)
-      : data_(count), id_(detail::buffer_create(name, count * sizeof(T))) {}
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::move(o.data_)), id_(o.id_) { o.id_ = 0; }
+  DeviceBuffer(const std::string& name, std::size_t count) : count_(count) {
+    void* p = nullptr;
+    id_ = detail::buffer_create(name, count * sizeof(T), alignof(T), &p);
+    data_ = static_cast<T*>(p);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(o.data_), count_(o.count_), id_(o.id_) {
+    o.id_ = 0;
+    o.data_ = nullptr;
+    o.count_ = 0;
+  }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       if (id_) detail::buffer_destroy(id_);
-      data_ = std::move(o.data_);
+      data_ = o.data_;
+      count_ = o.count_;
       id_ = o.id_;
       o.id_ = 0;
+      o.data_ = nullptr;
+      o.count_ = 0;
     }
     return *this;
   }
@@ -142,25 +155,26 @@ class DeviceBuffer {
     if (id_) detail::buffer_destroy(id_);
   }
 
-  std::size_t size() const { return data_.size(); }
-  std::size_t bytes() const { return data_.size() * sizeof(T); }
+  std::size_t size() const { return count_; }
+  std::size_t bytes() const { return count_ * sizeof(T); }
   std::uint64_t id() const { return id_; }
   /// The memory, inside the body of a kernel that declared writes(*this).
   std::span<T> span() {
     detail::check_body_access(id_, true);
-    return data_;
+    return {data_, count_};
   }
   /// The memory, inside the body of a kernel that declared reads(*this) or writes(*this).
   std::span<const T> cspan() const {
     detail::check_body_access(id_, false);
-    return data_;
+    return {data_, count_};
   }
-  /// For the library's copies and collectives only (no access check).
-  T* raw() { return data_.data(); }
-  const T* raw() const { return data_.data(); }
+  /// The device pointer, for the library's copies and collectives (no access check).
+  T* raw() { return data_; }
+  const T* raw() const { return data_; }
 
  private:
-  std::vector<T> data_;
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
   std::uint64_t id_ = 0;
 };
 
