@@ -162,8 +162,21 @@ void Engine::finish_rank(int r, std::exception_ptr error) {
   check_deadlock_locked();
 }
 
+namespace {
+thread_local Engine* tls_engine = nullptr;
+thread_local int tls_rank = -1;
+}  // namespace
+
+Engine* Engine::of_this_thread(int& r) {
+  r = tls_rank;
+  return tls_engine;
+}
+
 void Engine::run_rank(int r, BackendImpl& backend) {
+  tls_engine = this;
+  tls_rank = r;
   const RankOutcome outcome = run_rank_body(backend, opts_, body_);
+  tls_engine = nullptr;
   try {
     finish_rank(r, outcome.error);
   } catch (...) {

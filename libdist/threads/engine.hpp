@@ -18,7 +18,11 @@
 //   collectives.cpp  built-in collectives: arrival, data movement, results
 //   schedules.cpp    the message schedules the built-in collectives charge
 //   diagnostics.cpp  the texts of deadlock, timeout and mismatch errors
-//   trace.cpp        the Chrome trace
+//   trace.cpp        the Chrome trace (one track per rank, and one per stream of a rank's device)
+//   device_state.hpp the simulated device of a rank: streams, events, buffers (<dist/device.hpp>)
+//   device.cpp       streams and events on the simulated clock; host blocking; kernels and copies
+//   stream_race.cpp  the stream-race detector (happens-before between streams, vector clocks)
+//   device_collectives.cpp  collectives on a stream (all_reduce(buf, stream)) and their Work
 //   launch.cpp       the per-rank BackendImpl and launch_threads()
 #pragma once
 
@@ -53,6 +57,8 @@ struct Pending {
   CollCall call;
 };
 
+struct DeviceState;  // device_state.hpp
+
 struct alignas(64) Rank {
   // Guarded by the engine mutex.
   RunState state = RunState::Running;
@@ -66,6 +72,7 @@ struct alignas(64) Rank {
   std::vector<std::shared_ptr<P2POp>> outstanding;  // isend/irecv not yet waited
   std::vector<std::shared_ptr<AsyncColl>> outstanding_async;
   std::vector<TraceEvent> trace;
+  std::shared_ptr<DeviceState> device;  // created on first use (device.cpp)
 };
 
 /// Unmatched sends and recvs of one (source, destination, tag).
@@ -81,6 +88,9 @@ class Engine {
   int size() const { return p_; }
   Rank& rank_state(int r) { return *ranks_[static_cast<std::size_t>(r)]; }
   const Rank& rank_state(int r) const { return *ranks_[static_cast<std::size_t>(r)]; }
+
+  /// The engine and rank of the calling thread while it runs a rank's body (else nullptr).
+  static Engine* of_this_thread(int& r);
 
   // rank lifetime (engine.cpp)
   void run_rank(int r, BackendImpl& backend);

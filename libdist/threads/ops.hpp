@@ -109,6 +109,7 @@ struct TraceEvent {
   std::uint64_t bytes = 0;
   std::uint64_t seq = 0;
   bool is_coll = false;
+  std::string track;  // "" = the rank's own track; else a stream of its device (trace.cpp)
 };
 
 /// "16 floats", "1 int32".

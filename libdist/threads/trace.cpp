@@ -1,11 +1,18 @@
 // The Chrome trace of the threads engine: every send, recv, collective and sim_compute span on
-// the simulated clock, one track per rank (open in Perfetto or chrome://tracing).
+// the simulated clock, one track per rank, and one per stream of the rank's simulated device
+// (device.cpp) right under it (open in Perfetto or chrome://tracing).
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "threads/engine.hpp"
 
 namespace dist::detail::fake {
+
+namespace {
+// Sort slots per rank: the rank's own track, then its device's streams.
+constexpr int kTracksPerRank = 64;
+}  // namespace
 
 void Engine::trace(int r, TraceEvent ev) {
   if (tracing_) rank_state(r).trace.push_back(std::move(ev));
@@ -30,20 +37,45 @@ void Engine::write_trace() {
                       {"ph", "M"},
                       {"pid", 0},
                       {"tid", r},
-                      {"args", {{"sort_index", r}}}});
+                      {"args", {{"sort_index", r * kTracksPerRank}}}});
     if (abandoned_ && !thread_done_[static_cast<std::size_t>(r)]) continue;
+    // The streams of the rank's device: one track each, right under the rank's own.
+    std::map<std::string, int> stream_tid;
     for (const TraceEvent& ev : rank_state(r).trace) {
+      int tid = r;
+      if (!ev.track.empty()) {
+        auto [it, added] = stream_tid.try_emplace(ev.track, 0);
+        if (added) {
+          const int k = static_cast<int>(stream_tid.size());  // 1, 2, ...
+          it->second = p_ + r * kTracksPerRank + k;
+          events.push_back(
+              {{"name", "thread_name"},
+               {"ph", "M"},
+               {"pid", 0},
+               {"tid", it->second},
+               {"args", {{"name", "rank " + std::to_string(r) + " stream " + ev.track}}}});
+          events.push_back({{"name", "thread_sort_index"},
+                            {"ph", "M"},
+                            {"pid", 0},
+                            {"tid", it->second},
+                            {"args", {{"sort_index", r * kTracksPerRank + k}}}});
+        }
+        tid = it->second;
+      }
       nlohmann::json args = nlohmann::json::object();
       if (ev.peer >= 0) args[ev.name.find("send") != std::string::npos ? "dst" : "src"] = ev.peer;
       if (ev.tag >= 0) args["tag"] = ev.tag;
       if (ev.bytes > 0 || ev.peer >= 0 || ev.is_coll) args["bytes"] = ev.bytes;
       if (ev.is_coll) args["collective_call"] = ev.seq;
-      const std::string cat = ev.is_coll ? "collective" : (ev.peer >= 0 ? "p2p" : "compute");
+      const std::string cat = !ev.track.empty() ? "device"
+                              : ev.is_coll      ? "collective"
+                              : ev.peer >= 0    ? "p2p"
+                                                : "compute";
       events.push_back({{"name", ev.name},
                         {"cat", cat},
                         {"ph", "X"},
                         {"pid", 0},
-                        {"tid", r},
+                        {"tid", tid},
                         {"ts", ev.t0 * 1e6},
                         {"dur", (ev.t1 - ev.t0) * 1e6},
                         {"args", args}});

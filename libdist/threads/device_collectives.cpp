@@ -1,0 +1,84 @@
+// Collectives on a stream of the simulated device (<dist/device.hpp>: all_reduce(buf, stream),
+// all_reduce_async(buf, stream)) and the current stream that their Work::wait() orders.
+//
+// A stream collective is the engine's built-in collective run with the rank's clock set to the
+// time the stream reaches it: it meets the other ranks' calls (same order rule, same schedule,
+// same counters) and the time it ends becomes the stream's tail; the host's clock is then put
+// back, so the host did not wait. Its trace spans move to the stream's track. Its Work is an
+// event recorded after it: is_completed() queries it, wait() makes the current stream wait on it.
+#include <algorithm>
+
+#include "dist/backend.hpp"
+#include "threads/device_state.hpp"
+#include "threads/engine.hpp"
+
+namespace dist::detail::fake {
+namespace {
+
+class StreamCollectiveWork final : public WorkImpl {
+ public:
+  explicit StreamCollectiveWork(int event) : event_(event) {}
+  bool is_completed() override { return device::Event::from_id(event_).query(); }
+  void wait() override { device::current_stream().wait_event(device::Event::from_id(event_)); }
+
+ private:
+  int event_;
+};
+
+}  // namespace
+}  // namespace dist::detail::fake
+
+namespace dist::device {
+
+namespace fake = ::dist::detail::fake;
+
+Stream current_stream() {
+  auto c = fake::device_context("current_stream");
+  if (c.dev.current_stream < 0) c.dev.current_stream = Stream("compute").id();
+  return Stream::from_id(c.dev.current_stream);
+}
+
+void set_current_stream(const Stream& s) {
+  auto c = fake::device_context("set_current_stream");
+  (void)fake::stream_of(c, s.id());  // a stream of this rank
+  c.dev.current_stream = s.id();
+}
+
+namespace detail {
+
+void all_reduce_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,
+                   std::uint64_t buffer) {
+  auto c = fake::device_context("all_reduce");
+  fake::Rank& rk = c.engine->rank_state(c.rank);
+  const std::string track = fake::stream_of(c, stream).name;  // checks the handle too
+  fake::enqueue(
+      c, stream, "all_reduce", {{buffer, true}},
+      [&](double start) {
+        const double host = rk.link.clock;
+        const std::size_t first_span = rk.trace.size();
+        rk.link.clock = start;
+        try {
+          ::dist::detail::current().all_reduce(buf, count, type, op);
+        } catch (...) {
+          rk.link.clock = std::max(host, rk.link.clock);
+          throw;
+        }
+        const double end = rk.link.clock;
+        rk.link.clock = host;
+        for (std::size_t i = first_span; i < rk.trace.size(); ++i) rk.trace[i].track = track;
+        return end;
+      },
+      count * size_of(type), true);
+}
+
+Work all_reduce_async_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,
+                         std::uint64_t buffer) {
+  all_reduce_on(stream, buf, count, type, op, buffer);
+  Event done("all_reduce done");
+  Stream s = Stream::from_id(stream);
+  done.record(s);
+  return Work(std::make_shared<fake::StreamCollectiveWork>(done.id()));
+}
+
+}  // namespace detail
+}  // namespace dist::device
