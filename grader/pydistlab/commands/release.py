@@ -17,7 +17,8 @@ from ..errors import DistlabError
 from ..paths import CXX_EXTENSIONS, ROOT, is_release
 
 LEFT_OUT = ("solutions/", "grader/hidden/", "grader/mutants/", "grader/selftest/", "grader/gradescope/",
-            "docs/instructor-guide.md", "docs/authoring.md", "bench/make_submissions.py")
+            "docs/instructor-guide.md", "docs/authoring.md", "bench/make_submissions.py",
+            "bench/sandbox_overhead.py")
 
 
 def student_readme(text: str) -> str:
