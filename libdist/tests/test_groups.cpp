@@ -394,6 +394,18 @@ TEST(Groups, MembersInCollectivesOfDifferentGroupsDeadlock) {
   EXPECT_TRUE(contains(msg, "same order")) << "hint missing: " << msg;
 }
 
+TEST(Groups, ACollectiveOnlySomeMembersCalledNamesOnlyMembers) {
+  const std::string msg = expect_error<dist::DeadlockError>(threads_options(3, kLongTimeoutMs), [] {
+    const dist::Group g = dist::new_group({0, 1}, "tp");
+    std::vector<float> x(4);
+    if (dist::rank() == 0) dist::all_reduce(std::span<float>(x), dist::ReduceOp::Sum, g);
+    if (dist::rank() == 1) dist::recv(std::span<float>(x), 2);
+  });
+  EXPECT_TRUE(contains(msg, "rank 0 blocked in all_reduce(4 floats, sum) on group 'tp'")) << msg;
+  EXPECT_TRUE(contains(msg, "rank(s) 1 (blocked in point-to-point calls) did not call")) << msg;
+  EXPECT_FALSE(contains(msg, "rank(s) 2 (already finished)")) << msg;
+}
+
 TEST(Groups, SendAndRecvOnDifferentGroupsDeadlock) {
   const std::string msg = expect_error<dist::DeadlockError>(threads_options(2, kLongTimeoutMs), [] {
     const dist::Group g = dist::new_group({0, 1}, "pp");

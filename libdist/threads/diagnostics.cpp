@@ -169,9 +169,19 @@ std::string Engine::deadlock_hint_locked() const {
     }
   }
   // Collectives that only some ranks called.
+  // (On a group: only its members count; the group is the first waiting rank's.)
   std::vector<int> in_coll, elsewhere, finished;
+  std::shared_ptr<const GroupInfo> coll_group;
   for (int q = 0; q < p_; ++q) {
     const Rank& x = rank_state(q);
+    if (x.state == RunState::Blocked && x.pending.kind == Pending::Coll) {
+      coll_group = x.pending.call.group;
+      break;
+    }
+  }
+  for (int q = 0; q < p_; ++q) {
+    const Rank& x = rank_state(q);
+    if (coll_group && coll_group->group_of[static_cast<std::size_t>(q)] < 0) continue;
     if (x.state == RunState::Finished) {
       finished.push_back(q);
     } else if (x.pending.kind == Pending::Coll) {
