@@ -353,6 +353,7 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
     for (std::size_t i = 0; i < ranks.size(); ++i)
       info->group_of[static_cast<std::size_t>(ranks[i])] = static_cast<int>(i);
     info->my_rank = info->group_of[static_cast<std::size_t>(rank())];
+    info->owner = this;
     if (c != MPI_COMM_NULL) comms_[info->id] = c;
     return info;
   }

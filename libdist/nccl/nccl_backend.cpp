@@ -247,6 +247,7 @@ std::shared_ptr<const GroupInfo> NcclBackend::split_impl(int color, int key, con
     info->group_of[static_cast<std::size_t>(w)] = static_cast<int>(i);
   }
   info->my_rank = info->group_of[static_cast<std::size_t>(rank_)];
+  info->owner = this;
   flush();
   ncclComm_t c = nullptr;
   DIST_NCCL_CHECK(

@@ -154,6 +154,12 @@ namespace {
 
 // The calling rank must belong to the group it calls on.
 void check_member(const char* fn, const Group& group) {
+  if (group.info() && group.info()->owner != &detail::current()) {
+    throw Error("rank " + std::to_string(detail::current().rank()) + ": " + fn + " on group '" +
+                group.name() +
+                "': this Group was created by another rank or in another launch; each rank "
+                "uses the Group its own new_group/split call returned, inside the same launch");
+  }
   if (group.is_member()) return;
   std::ostringstream os;
   os << "rank " << detail::current().rank() << ": " << fn << " on group '" << group.name()
@@ -258,7 +264,10 @@ Group new_group(std::span<const int> ranks, const std::string& name) {
   std::string n = name;
   if (n.empty()) {
     n = "ranks{";
-    for (std::size_t i = 0; i < list.size(); ++i) n += (i ? "," : "") + std::to_string(list[i]);
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (i > 0) n += ',';
+      n += std::to_string(list[i]);
+    }
     n += "}";
   }
   return Group(b.new_group(list, n));

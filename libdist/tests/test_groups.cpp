@@ -256,7 +256,9 @@ TEST(Groups, CountersAreInWorldRanks) {
       EXPECT_EQ(s.bytes_sent_to[1], 0u);
       EXPECT_EQ(s.messages_sent, 1u);
     }
-    if (w == 3) EXPECT_EQ(s.bytes_received_from[1], 64u);
+    if (w == 3) {
+      EXPECT_EQ(s.bytes_received_from[1], 64u);
+    }
     // A built-in all_reduce on {1, 3} (ring, p = 2): one message each way between 1 and 3 per
     // phase, nothing to or from 0 and 2.
     dist::reset_stats();
@@ -433,6 +435,17 @@ TEST(Groups, NonMembersAndOutOfRangeRanksAreRefused) {
     if (dist::rank() == 0) dist::send(std::span<const float>(x), 2, 0, g);
   });
   EXPECT_TRUE(contains(msg, "send(dst=2): dst must be a rank in [0, 2) of group 'tp'")) << msg;
+  // A Group is the creating rank's, in its own launch.
+  std::vector<dist::Group> kept(2);
+  run_ranks(threads_options(2), [&] {
+    kept[static_cast<std::size_t>(dist::rank())] = dist::new_group({0, 1});
+  });
+  msg = expect_error<dist::Error>(threads_options(2), [&] {
+    std::vector<float> x(1);
+    dist::all_reduce(std::span<float>(x), dist::ReduceOp::Sum,
+                     kept[static_cast<std::size_t>(dist::rank())]);
+  });
+  EXPECT_TRUE(contains(msg, "created by another rank or in another launch")) << msg;
   msg = expect_error<dist::Error>(threads_options(2), [] { dist::new_group({0, 0}); });
   EXPECT_TRUE(contains(msg, "listed twice")) << msg;
   msg = expect_error<dist::Error>(threads_options(2), [] { dist::split(-2, 0); });

@@ -146,7 +146,7 @@ class RankBackend final : public BackendImpl {
     auto c = make(CollKind::NewGroup, nullptr, nullptr, 0, DataType::Float32, Group{});
     c.members = ranks;
     c.label = name;
-    return e_->collective(r_, c)->created[static_cast<std::size_t>(r_)];
+    return owned(e_->collective(r_, c)->created[static_cast<std::size_t>(r_)]);
   }
   std::shared_ptr<const GroupInfo> split(int color, int key, const Group& parent,
                                          const std::string& name) override {
@@ -154,7 +154,13 @@ class RankBackend final : public BackendImpl {
     c.color = color;
     c.key = key;
     c.label = name;
-    return e_->collective(r_, c)->created[static_cast<std::size_t>(parent.rank())];
+    return owned(e_->collective(r_, c)->created[static_cast<std::size_t>(parent.rank())]);
+  }
+  // This rank's own copy, marked as created by this backend.
+  std::shared_ptr<const GroupInfo> owned(const std::shared_ptr<const GroupInfo>& g) const {
+    auto mine = std::make_shared<GroupInfo>(*g);
+    mine->owner = this;
+    return mine;
   }
 
   Stats stats() override { return e_->rank_state(r_).stats; }

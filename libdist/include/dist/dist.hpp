@@ -161,11 +161,12 @@ namespace detail {
 /// What a group is, shared by the copies of one Group on one rank (backends keep their native
 /// communicators, keyed by `id`).
 struct GroupInfo {
-  int id = 0;                 // unique among the groups of a launch on the threads backend
-  std::string name;           // shown in errors and on trace events
-  std::vector<int> ranks;     // world rank of each group rank, in group-rank order
-  std::vector<int> group_of;  // group rank of each world rank, -1 outside the group
-  int my_rank = -1;           // the calling rank's group rank, -1 when not a member
+  int id = 0;                   // unique among the groups of a launch on the threads backend
+  std::string name;             // shown in errors and on trace events
+  std::vector<int> ranks;       // world rank of each group rank, in group-rank order
+  std::vector<int> group_of;    // group rank of each world rank, -1 outside the group
+  int my_rank = -1;             // the calling rank's group rank, -1 when not a member
+  const void* owner = nullptr;  // the rank's backend that created it (one launch, one rank)
 };
 }  // namespace detail
 
