@@ -171,6 +171,7 @@ struct GroupInfo {
 }  // namespace detail
 
 /// A set of ranks that communicate on their own. Copies are cheap and share one description.
+/// A Group is valid only on the rank, and inside the launch, that created it.
 class Group {
  public:
   /// The world (every rank, group ranks = world ranks).
