@@ -9,6 +9,9 @@
 //                      simulated arrival is deterministic; this one is not): results may vary
 //                      between runs. Counted as received from that source once complete.
 //   barrier            MPI_Ibarrier
+//   groups             new_group: MPI_Comm_split of the world (after checking every rank passed the
+//                      same list); split: MPI_Comm_split of the parent; a call on a group uses its
+//                      communicator, so ranks are the communicator's ranks (= group ranks)
 //   broadcast ...      MPI_Ibcast, MPI_Ireduce, MPI_Iallreduce, MPI_Igather, MPI_Iallgather,
 //   reduce_scatter     MPI_Iscatter, MPI_Ireduce_scatter_block; Avg = MPI_SUM, then divide
 // Every operation is started non-blocking and waited on by polling (MpiJob::wait), so that a
@@ -27,6 +30,7 @@
 
 #include <climits>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <vector>
@@ -131,69 +135,80 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
 
   mpi::MpiJob& job() { return job_; }
   bool closed() const { return closed_; }
-  void close() { closed_ = true; }
+  void close() {
+    closed_ = true;
+    for (auto& [id, c] : comms_) MPI_Comm_free(&c);
+    comms_.clear();
+  }
 
   int rank() const override { return job_.rank(); }
   int size() const override { return job_.size(); }
 
   // ---- point-to-point -------------------------------------------------------------------
-  void send(const void* buf, std::size_t count, DataType type, int dst, int tag) override {
-    isend_impl(buf, count, type, dst, tag, "send")->wait();
+  void send(const void* buf, std::size_t count, DataType type, int dst, int tag,
+            const Group& g) override {
+    isend_impl(buf, count, type, dst, tag, "send", g)->wait();
   }
-  void recv(void* buf, std::size_t count, DataType type, int src, int tag) override {
-    irecv_impl(buf, count, type, src, tag, "recv")->wait();
+  void recv(void* buf, std::size_t count, DataType type, int src, int tag,
+            const Group& g) override {
+    irecv_impl(buf, count, type, src, tag, "recv", g)->wait();
   }
-  Work isend(const void* buf, std::size_t count, DataType type, int dst, int tag) override {
-    return Work(isend_impl(buf, count, type, dst, tag, "isend"));
+  Work isend(const void* buf, std::size_t count, DataType type, int dst, int tag,
+             const Group& g) override {
+    return Work(isend_impl(buf, count, type, dst, tag, "isend", g));
   }
-  Work irecv(void* buf, std::size_t count, DataType type, int src, int tag) override {
-    return Work(irecv_impl(buf, count, type, src, tag, "irecv"));
+  Work irecv(void* buf, std::size_t count, DataType type, int src, int tag,
+             const Group& g) override {
+    return Work(irecv_impl(buf, count, type, src, tag, "irecv", g));
   }
-  int recv_any(void* buf, std::size_t count, DataType type, int tag) override {
-    auto work = irecv_impl(buf, count, type, MPI_ANY_SOURCE, tag, "recv_any");
-    return work->source_rank();  // waits
+  int recv_any(void* buf, std::size_t count, DataType type, int tag, const Group& g) override {
+    auto work = irecv_impl(buf, count, type, MPI_ANY_SOURCE, tag, "recv_any", g);
+    return work->source_rank();  // waits; a rank of the group's communicator
   }
-  Work irecv_any(void* buf, std::size_t count, DataType type, int tag) override {
-    return Work(irecv_impl(buf, count, type, MPI_ANY_SOURCE, tag, "irecv_any"));
+  Work irecv_any(void* buf, std::size_t count, DataType type, int tag, const Group& g) override {
+    return Work(irecv_impl(buf, count, type, MPI_ANY_SOURCE, tag, "irecv_any", g));
   }
 
-  void barrier() override {
+  void barrier(const Group& g) override {
     ++stats_.barriers;
     MPI_Request req;
-    DIST_MPI_CHECK(MPI_Ibarrier(job_.comm(), &req));
+    DIST_MPI_CHECK(MPI_Ibarrier(comm(g), &req));
     job_.wait(req, "barrier()");
   }
 
   // ---- collectives --------------------------------------------------------------------------
-  void broadcast(void* buf, std::size_t count, DataType type, int src) override {
+  void broadcast(void* buf, std::size_t count, DataType type, int src, const Group& g) override {
     begin_collective();
     MPI_Request req;
     DIST_MPI_CHECK(
-        MPI_Ibcast(buf, int_count(count, "broadcast"), mpi_type(type), src, job_.comm(), &req));
+        MPI_Ibcast(buf, int_count(count, "broadcast"), mpi_type(type), src, comm(g), &req));
     job_.wait(req, describe_collective("broadcast", count, type));
   }
 
-  void reduce(void* buf, std::size_t count, DataType type, ReduceOp op, int dst) override {
+  void reduce(void* buf, std::size_t count, DataType type, ReduceOp op, int dst,
+              const Group& g) override {
     begin_collective();
     MPI_Request req;
-    const bool root = rank() == dst;
+    const bool root = g.rank() == dst;
     DIST_MPI_CHECK(MPI_Ireduce(root ? MPI_IN_PLACE : buf, root ? buf : nullptr,
-                               int_count(count, "reduce"), mpi_type(type), mpi_op(op), dst,
-                               job_.comm(), &req));
+                               int_count(count, "reduce"), mpi_type(type), mpi_op(op), dst, comm(g),
+                               &req));
     job_.wait(req, describe_collective("reduce", count, type));
-    if (root && op == ReduceOp::Avg) divide(buf, count, type, size());
+    if (root && op == ReduceOp::Avg) divide(buf, count, type, g.size());
   }
 
-  void all_reduce(void* buf, std::size_t count, DataType type, ReduceOp op) override {
-    all_reduce_async(buf, count, type, op).wait();
+  void all_reduce(void* buf, std::size_t count, DataType type, ReduceOp op,
+                  const Group& g) override {
+    all_reduce_async(buf, count, type, op, g).wait();
   }
 
-  Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op) override {
+  Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op,
+                        const Group& g) override {
     begin_collective();
     MPI_Request req;
     DIST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int_count(count, "all_reduce"), mpi_type(type),
-                                  mpi_op(op), job_.comm(), &req));
-    const int p = size();
+                                  mpi_op(op), comm(g), &req));
+    const int p = g.size();
     return Work(std::make_shared<MpiWork>(shared_from_this(), req,
                                           describe_collective("all_reduce", count, type),
                                           [=](const MPI_Status&) {
@@ -201,49 +216,94 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
                                           }));
   }
 
-  void gather(const void* in, void* out, std::size_t count, DataType type, int dst) override {
+  void gather(const void* in, void* out, std::size_t count, DataType type, int dst,
+              const Group& g) override {
     begin_collective();
     std::vector<char> copy;
-    in = unalias(in, count, type, out, count * static_cast<std::size_t>(size()), copy);
+    in = unalias(in, count, type, out, count * static_cast<std::size_t>(g.size()), copy);
     const int n = int_count(count, "gather");
     MPI_Request req;
-    DIST_MPI_CHECK(
-        MPI_Igather(in, n, mpi_type(type), out, n, mpi_type(type), dst, job_.comm(), &req));
+    DIST_MPI_CHECK(MPI_Igather(in, n, mpi_type(type), out, n, mpi_type(type), dst, comm(g), &req));
     job_.wait(req, describe_collective("gather", count, type));
   }
 
-  void all_gather(const void* in, void* out, std::size_t count, DataType type) override {
+  void all_gather(const void* in, void* out, std::size_t count, DataType type,
+                  const Group& g) override {
     begin_collective();
     std::vector<char> copy;
-    in = unalias(in, count, type, out, count * static_cast<std::size_t>(size()), copy);
+    in = unalias(in, count, type, out, count * static_cast<std::size_t>(g.size()), copy);
     const int n = int_count(count, "all_gather");
     MPI_Request req;
-    DIST_MPI_CHECK(
-        MPI_Iallgather(in, n, mpi_type(type), out, n, mpi_type(type), job_.comm(), &req));
+    DIST_MPI_CHECK(MPI_Iallgather(in, n, mpi_type(type), out, n, mpi_type(type), comm(g), &req));
     job_.wait(req, describe_collective("all_gather", count, type));
   }
 
-  void scatter(const void* in, void* out, std::size_t count, DataType type, int src) override {
+  void scatter(const void* in, void* out, std::size_t count, DataType type, int src,
+               const Group& g) override {
     begin_collective();
     std::vector<char> copy;
-    in = unalias(in, count * static_cast<std::size_t>(size()), type, out, count, copy);
+    in = unalias(in, count * static_cast<std::size_t>(g.size()), type, out, count, copy);
     const int n = int_count(count, "scatter");
     MPI_Request req;
-    DIST_MPI_CHECK(
-        MPI_Iscatter(in, n, mpi_type(type), out, n, mpi_type(type), src, job_.comm(), &req));
+    DIST_MPI_CHECK(MPI_Iscatter(in, n, mpi_type(type), out, n, mpi_type(type), src, comm(g), &req));
     job_.wait(req, describe_collective("scatter", count, type));
   }
 
-  void reduce_scatter(const void* in, void* out, std::size_t count, DataType type,
-                      ReduceOp op) override {
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op,
+                      const Group& g) override {
     begin_collective();
     std::vector<char> copy;
-    in = unalias(in, count * static_cast<std::size_t>(size()), type, out, count, copy);
+    in = unalias(in, count * static_cast<std::size_t>(g.size()), type, out, count, copy);
     MPI_Request req;
     DIST_MPI_CHECK(MPI_Ireduce_scatter_block(in, out, int_count(count, "reduce_scatter"),
-                                             mpi_type(type), mpi_op(op), job_.comm(), &req));
+                                             mpi_type(type), mpi_op(op), comm(g), &req));
     job_.wait(req, describe_collective("reduce_scatter", count, type));
-    if (op == ReduceOp::Avg) divide(out, count, type, size());
+    if (op == ReduceOp::Avg) divide(out, count, type, g.size());
+  }
+
+  // ---- groups ----------------------------------------------------------------------------------
+  // new_group: MPI_Comm_split of the world (every rank calls it; non-members pass MPI_UNDEFINED),
+  // after an all-gather of a hash of the list so that different lists are a MismatchError.
+  std::shared_ptr<const GroupInfo> new_group(const std::vector<int>& ranks,
+                                             const std::string& name) override {
+    job_.poll_failures();
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the list
+    for (int w : ranks) h = (h ^ static_cast<std::uint32_t>(w)) * 1099511628211ull;
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(size()));
+    DIST_MPI_CHECK(MPI_Allgather(&h, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, job_.comm()));
+    for (int q = 0; q < size(); ++q) {
+      if (all[static_cast<std::size_t>(q)] != all[0]) {
+        throw MismatchError("rank " + std::to_string(rank()) + ": new_group: rank 0 and rank " +
+                            std::to_string(q) +
+                            " passed different lists of ranks; every rank must pass the same "
+                            "list (collective call)");
+      }
+    }
+    int index = -1;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      if (ranks[i] == rank()) index = static_cast<int>(i);
+    }
+    MPI_Comm c = MPI_COMM_NULL;
+    DIST_MPI_CHECK(
+        MPI_Comm_split(job_.comm(), index >= 0 ? 0 : MPI_UNDEFINED, index >= 0 ? index : 0, &c));
+    return describe_group(c, ranks, name);
+  }
+
+  // split: MPI_Comm_split of the parent's communicator (same colour/key semantics).
+  std::shared_ptr<const GroupInfo> split(int color, int key, const Group& parent,
+                                         const std::string& name) override {
+    job_.poll_failures();
+    MPI_Comm c = MPI_COMM_NULL;
+    DIST_MPI_CHECK(MPI_Comm_split(comm(parent), color >= 0 ? color : MPI_UNDEFINED, key, &c));
+    std::vector<int> ranks;
+    if (c != MPI_COMM_NULL) {
+      int n = 0;
+      DIST_MPI_CHECK(MPI_Comm_size(c, &n));
+      ranks.resize(static_cast<std::size_t>(n));
+      const int me = rank();
+      DIST_MPI_CHECK(MPI_Allgather(&me, 1, MPI_INT, ranks.data(), 1, MPI_INT, c));
+    }
+    return describe_group(c, ranks, name + (color >= 0 ? std::to_string(color) : "none"));
   }
 
   // ---- instrumentation ----------------------------------------------------------------------
@@ -278,33 +338,52 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
     return copy.data();
   }
 
+  MPI_Comm comm(const Group& g) const {
+    return g.is_world() ? job_.comm() : comms_.at(g.info()->id);
+  }
+  static int world_of(const Group& g, int r) { return g.is_world() ? r : g.world_rank(r); }
+
+  std::shared_ptr<const GroupInfo> describe_group(MPI_Comm c, const std::vector<int>& ranks,
+                                                  const std::string& name) {
+    auto info = std::make_shared<GroupInfo>();
+    info->id = next_group_id_++;
+    info->name = name;
+    info->ranks = ranks;
+    info->group_of.assign(static_cast<std::size_t>(size()), -1);
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      info->group_of[static_cast<std::size_t>(ranks[i])] = static_cast<int>(i);
+    info->my_rank = info->group_of[static_cast<std::size_t>(rank())];
+    info->owner = this;
+    if (c != MPI_COMM_NULL) comms_[info->id] = c;
+    return info;
+  }
+
   void begin_collective() {
     job_.poll_failures();
     ++stats_.builtin_collectives;
   }
 
   std::shared_ptr<MpiWork> isend_impl(const void* buf, std::size_t count, DataType type, int dst,
-                                      int tag, const char* fn) {
+                                      int tag, const char* fn, const Group& g) {
     job_.poll_failures();
     const int n = int_count(count, fn);
     MPI_Request req;
-    DIST_MPI_CHECK(
-        MPI_Issend(buf, n, mpi_type(type), dst, mpi_tag(tag, type, fn), job_.comm(), &req));
-    count_message(stats_, Direction::Sent, dst, count * size_of(type));
+    DIST_MPI_CHECK(MPI_Issend(buf, n, mpi_type(type), dst, mpi_tag(tag, type, fn), comm(g), &req));
+    count_message(stats_, Direction::Sent, world_of(g, dst), count * size_of(type));
     return std::make_shared<MpiWork>(shared_from_this(), req,
                                      describe(fn, "dst", dst, tag, count, type), nullptr);
   }
 
   std::shared_ptr<MpiWork> irecv_impl(void* buf, std::size_t count, DataType type, int src, int tag,
-                                      const char* fn) {
+                                      const char* fn, const Group& g) {
     job_.poll_failures();
     const int n = int_count(count, fn);
     MPI_Request req;
-    DIST_MPI_CHECK(
-        MPI_Irecv(buf, n, mpi_type(type), src, mpi_tag(tag, type, fn), job_.comm(), &req));
+    DIST_MPI_CHECK(MPI_Irecv(buf, n, mpi_type(type), src, mpi_tag(tag, type, fn), comm(g), &req));
     const bool any = src == MPI_ANY_SOURCE;
     // An any-source receive is counted once its source is known (on completion).
-    if (!any) count_message(stats_, Direction::Received, src, count * size_of(type));
+    if (!any) count_message(stats_, Direction::Received, world_of(g, src), count * size_of(type));
+    const Group group = g;
     std::string what = any ? std::string(fn) + "(tag=" + std::to_string(tag) + ", " +
                                  std::to_string(count) + " x " + to_string(type) + ")"
                            : describe(fn, "src", src, tag, count, type);
@@ -322,7 +401,8 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
             throw MismatchError(os.str());
           }
           if (any) {
-            count_message(*stats, Direction::Received, status.MPI_SOURCE, count * size_of(type));
+            count_message(*stats, Direction::Received, world_of(group, status.MPI_SOURCE),
+                          count * size_of(type));
           }
         });
     if (any) work->set_any_source();
@@ -330,6 +410,8 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
   }
 
   mpi::MpiJob job_;
+  std::map<int, MPI_Comm> comms_;  // the communicators of this process's groups, by group id
+  int next_group_id_ = 1;
   Stats stats_;
   int max_tag_ = 0;
   bool closed_ = false;

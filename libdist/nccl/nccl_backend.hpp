@@ -37,6 +37,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -165,6 +166,7 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
   /// End of launch: destroy cleanly after success, abort after a failure (nothing may hang).
   void shutdown(bool failed);
   ~NcclBackend() override {
+    for (auto& [id, c] : comms_) ncclCommAbort(c);
     if (comm_ != nullptr) ncclCommAbort(comm_);
   }
   bool closed() const { return closed_; }
@@ -173,25 +175,39 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
   int size() const override { return size_; }
 
   // ---- point-to-point -------------------------------------------------------------------------
-  void send(const void* buf, std::size_t count, DataType type, int dst, int) override;
-  void recv(void* buf, std::size_t count, DataType type, int src, int) override;
-  Work isend(const void* buf, std::size_t count, DataType type, int dst, int) override;
-  Work irecv(void* buf, std::size_t count, DataType type, int src, int) override;
+  void send(const void* buf, std::size_t count, DataType type, int dst, int,
+            const Group& g) override;
+  void recv(void* buf, std::size_t count, DataType type, int src, int, const Group& g) override;
+  Work isend(const void* buf, std::size_t count, DataType type, int dst, int,
+             const Group& g) override;
+  Work irecv(void* buf, std::size_t count, DataType type, int src, int, const Group& g) override;
   /// NCCL has no receive from any source: both throw dist::Error saying what to do instead.
-  int recv_any(void* buf, std::size_t count, DataType type, int tag) override;
-  Work irecv_any(void* buf, std::size_t count, DataType type, int tag) override;
-  void barrier() override;
+  int recv_any(void* buf, std::size_t count, DataType type, int tag, const Group& g) override;
+  Work irecv_any(void* buf, std::size_t count, DataType type, int tag, const Group& g) override;
+  void barrier(const Group& g) override;
 
   // ---- collectives ----------------------------------------------------------------------------
-  void broadcast(void* buf, std::size_t count, DataType type, int src) override;
-  void reduce(void* buf, std::size_t count, DataType type, ReduceOp op_kind, int dst) override;
-  void all_reduce(void* buf, std::size_t count, DataType type, ReduceOp op) override;
-  Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op_kind) override;
-  void gather(const void* in, void* out, std::size_t count, DataType type, int dst) override;
-  void all_gather(const void* in, void* out, std::size_t count, DataType type) override;
-  void scatter(const void* in, void* out, std::size_t count, DataType type, int src) override;
-  void reduce_scatter(const void* in, void* out, std::size_t count, DataType type,
-                      ReduceOp op_kind) override;
+  void broadcast(void* buf, std::size_t count, DataType type, int src, const Group& g) override;
+  void reduce(void* buf, std::size_t count, DataType type, ReduceOp op_kind, int dst,
+              const Group& g) override;
+  void all_reduce(void* buf, std::size_t count, DataType type, ReduceOp op,
+                  const Group& g) override;
+  Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op_kind,
+                        const Group& g) override;
+  void gather(const void* in, void* out, std::size_t count, DataType type, int dst,
+              const Group& g) override;
+  void all_gather(const void* in, void* out, std::size_t count, DataType type,
+                  const Group& g) override;
+  void scatter(const void* in, void* out, std::size_t count, DataType type, int src,
+               const Group& g) override;
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op_kind,
+                      const Group& g) override;
+
+  // ---- groups: ncclCommSplit (nccl_backend.cpp) ----------------------------------------------
+  std::shared_ptr<const GroupInfo> new_group(const std::vector<int>& ranks,
+                                             const std::string& name) override;
+  std::shared_ptr<const GroupInfo> split(int color, int key, const Group& parent,
+                                         const std::string& name) override;
 
   Stats stats() override { return stats_; }
   void reset_stats() override { stats_ = fresh_stats(size_); }
@@ -213,6 +229,7 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
     DataType type;
     int peer;
     std::shared_ptr<NcclOp> op;
+    ncclComm_t comm;
   };
 
   ncclRedOp_t effective_op(ReduceOp op, bool host) const;
@@ -227,14 +244,20 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
   void check_async();
   void abort_comm();
 
+  // peer: a rank of `comm`; world_peer: the same rank in the world (for the counters).
   std::shared_ptr<NcclOp> queue_p2p(bool is_send, void* buf, std::size_t count, DataType type,
-                                    int peer, const char* fn);
+                                    int peer, const char* fn, ncclComm_t comm, int world_peer);
+  ncclComm_t comm_of(const Group& g) const;
+  std::shared_ptr<const GroupInfo> split_impl(int color, int key, const Group& parent,
+                                              const std::string& name, std::uint64_t list_hash);
 
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
   std::function<void()> poll_failures_;
   ncclComm_t comm_ = nullptr;
+  std::map<int, ncclComm_t> comms_;  // the communicators of this process's groups, by group id
+  int next_group_id_ = 1;
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;
   void* scratch_ = nullptr;

@@ -15,6 +15,14 @@ void NcclBackend::init(const ncclUniqueId& id) {
 }
 
 void NcclBackend::shutdown(bool failed) {
+  for (auto& [id, c] : comms_) {
+    if (failed || aborted_) {
+      ncclCommAbort(c);
+    } else {
+      ncclCommDestroy(c);
+    }
+  }
+  comms_.clear();
   if (comm_ != nullptr) {
     if (failed || aborted_) {
       ncclCommAbort(comm_);
@@ -42,9 +50,9 @@ void NcclBackend::flush() {
   DIST_NCCL_CHECK(ncclGroupStart());
   for (const auto& q : queued) {
     if (q.is_send) {
-      DIST_NCCL_CHECK(ncclSend(q.device, q.count, nccl_type(q.type), q.peer, comm_, stream_));
+      DIST_NCCL_CHECK(ncclSend(q.device, q.count, nccl_type(q.type), q.peer, q.comm, stream_));
     } else {
-      DIST_NCCL_CHECK(ncclRecv(q.device, q.count, nccl_type(q.type), q.peer, comm_, stream_));
+      DIST_NCCL_CHECK(ncclRecv(q.device, q.count, nccl_type(q.type), q.peer, q.comm, stream_));
     }
   }
   DIST_NCCL_CHECK(ncclGroupEnd());
@@ -166,6 +174,10 @@ void NcclBackend::check_async() {
 }
 
 void NcclBackend::abort_comm() {
+  if (!aborted_) {
+    for (auto& [id, c] : comms_) ncclCommAbort(c);
+    comms_.clear();
+  }
   if (comm_ != nullptr && !aborted_) {
     ncclCommAbort(comm_);
     comm_ = nullptr;
@@ -174,7 +186,8 @@ void NcclBackend::abort_comm() {
 }
 
 std::shared_ptr<NcclOp> NcclBackend::queue_p2p(bool is_send, void* buf, std::size_t count,
-                                               DataType type, int peer, const char* fn) {
+                                               DataType type, int peer, const char* fn,
+                                               ncclComm_t comm, int world_peer) {
   if (aborted_) {
     throw Error("rank " + std::to_string(rank_) + ": " + fn +
                 ": the NCCL communicator was aborted after an earlier failure");
@@ -184,8 +197,8 @@ std::shared_ptr<NcclOp> NcclBackend::queue_p2p(bool is_send, void* buf, std::siz
              std::to_string(count) + " x " + to_string(type) + ")";
   const std::size_t bytes = count * size_of(type);
   void* d = stage(*op, buf, bytes, is_send, !is_send);
-  queue_.push_back({is_send, d, count, type, peer, op});
-  count_message(stats_, is_send ? Direction::Sent : Direction::Received, peer, bytes);
+  queue_.push_back({is_send, d, count, type, peer, op, comm});
+  count_message(stats_, is_send ? Direction::Sent : Direction::Received, world_peer, bytes);
   return op;
 }
 

@@ -152,12 +152,31 @@ void wait_all(std::span<Work> works) {
 // ---- argument checks ------------------------------------------------------------------------
 namespace {
 
-void check_peer(const char* fn, const char* what, int peer) {
-  auto& b = detail::current();
-  if (peer < 0 || peer >= b.size()) {
+// The calling rank must belong to the group it calls on.
+void check_member(const char* fn, const Group& group) {
+  if (group.info() && group.info()->owner != &detail::current()) {
+    throw Error("rank " + std::to_string(detail::current().rank()) + ": " + fn + " on group '" +
+                group.name() +
+                "': this Group was created by another rank or in another launch; each rank "
+                "uses the Group its own new_group/split call returned, inside the same launch");
+  }
+  if (group.is_member()) return;
+  std::ostringstream os;
+  os << "rank " << detail::current().rank() << ": " << fn << " on group '" << group.name()
+     << "': this rank is not a member of the group (world ranks";
+  for (int w : group.world_ranks()) os << " " << w;
+  os << "); only members may call on it";
+  throw Error(os.str());
+}
+
+void check_peer(const char* fn, const char* what, int peer, const Group& group) {
+  check_member(fn, group);
+  const int n = group.size();
+  if (peer < 0 || peer >= n) {
     std::ostringstream os;
-    os << "rank " << b.rank() << ": " << fn << "(" << what << "=" << peer << "): " << what
-       << " must be a rank in [0, " << b.size() << ")";
+    os << "rank " << detail::current().rank() << ": " << fn << "(" << what << "=" << peer
+       << "): " << what << " must be a rank in [0, " << n << ")";
+    if (!group.is_world()) os << " of group '" << group.name() << "' (group ranks)";
     throw Error(os.str());
   }
 }
@@ -179,6 +198,9 @@ void check_size(const char* fn, const char* buffer, std::size_t got, std::size_t
   }
 }
 
+constexpr const char* kSizeIn = "world_size (or the group's size) x in.size()";
+constexpr const char* kSizeOut = "world_size (or the group's size) x out.size()";
+
 template <typename T>
 constexpr DataType type_of() {
   if constexpr (std::is_same_v<T, float>)
@@ -193,7 +215,82 @@ constexpr DataType type_of() {
 
 }  // namespace
 
-void barrier() { detail::current().barrier(); }
+// ---- groups ---------------------------------------------------------------------------------
+
+int Group::rank() const { return info_ ? info_->my_rank : detail::current().rank(); }
+int Group::size() const {
+  return info_ ? static_cast<int>(info_->ranks.size()) : detail::current().size();
+}
+
+int Group::world_rank(int group_rank) const {
+  if (group_rank < 0 || group_rank >= size()) {
+    throw Error("Group::world_rank(" + std::to_string(group_rank) + "): group '" + name() +
+                "' has ranks [0, " + std::to_string(size()) + ")");
+  }
+  return info_ ? info_->ranks[static_cast<std::size_t>(group_rank)] : group_rank;
+}
+
+int Group::group_rank(int world_rank) const {
+  if (!info_) return world_rank >= 0 && world_rank < detail::current().size() ? world_rank : -1;
+  if (world_rank < 0 || world_rank >= static_cast<int>(info_->group_of.size())) return -1;
+  return info_->group_of[static_cast<std::size_t>(world_rank)];
+}
+
+std::vector<int> Group::world_ranks() const {
+  if (info_) return info_->ranks;
+  std::vector<int> all(static_cast<std::size_t>(detail::current().size()));
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int>(i);
+  return all;
+}
+
+int rank(const Group& group) { return group.rank(); }
+int world_size(const Group& group) { return group.size(); }
+
+Group new_group(std::span<const int> ranks, const std::string& name) {
+  auto& b = detail::current();
+  std::vector<int> list(ranks.begin(), ranks.end());
+  std::vector<char> seen(static_cast<std::size_t>(b.size()), 0);
+  for (int w : list) {
+    if (w < 0 || w >= b.size() || seen[static_cast<std::size_t>(w)]) {
+      throw Error("rank " + std::to_string(b.rank()) + ": new_group: rank " + std::to_string(w) +
+                  (w < 0 || w >= b.size()
+                       ? " is not a world rank in [0, " + std::to_string(b.size()) + ")"
+                       : " is listed twice") +
+                  "; list distinct world ranks");
+    }
+    seen[static_cast<std::size_t>(w)] = 1;
+  }
+  if (list.empty()) throw Error("rank " + std::to_string(b.rank()) + ": new_group: empty list");
+  std::string n = name;
+  if (n.empty()) {
+    n = "ranks{";
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (i > 0) n += ',';
+      n += std::to_string(list[i]);
+    }
+    n += "}";
+  }
+  return Group(b.new_group(list, n));
+}
+
+Group new_group(std::initializer_list<int> ranks, const std::string& name) {
+  return new_group(std::span<const int>(ranks.begin(), ranks.size()), name);
+}
+
+Group split(int color, int key, const Group& parent, const std::string& name) {
+  check_member("split", parent);
+  if (color < 0 && color != kNoColor) {
+    throw Error("rank " + std::to_string(detail::current().rank()) + ": split(color=" +
+                std::to_string(color) + "): a colour is >= 0, or kNoColor to stay out");
+  }
+  return Group(
+      detail::current().split(color, key, parent, name.empty() ? parent.name() + ".c" : name));
+}
+
+void barrier(const Group& group) {
+  check_member("barrier", group);
+  detail::current().barrier(group);
+}
 
 Stats stats() { return detail::current().stats(); }
 void reset_stats() { detail::current().reset_stats(); }
@@ -208,83 +305,84 @@ void sim_compute(double seconds, const char* label) {
 
 void sim_reduce(std::size_t bytes) { detail::current().sim_reduce(bytes); }
 
-#define DIST_DEFINE(T)                                                                           \
-  void send(std::span<const T> buf, int dst, int tag) {                                          \
-    check_peer("send", "dst", dst);                                                              \
-    check_tag("send", tag);                                                                      \
-    detail::current().send(buf.data(), buf.size(), type_of<T>(), dst, tag);                      \
-  }                                                                                              \
-  void recv(std::span<T> buf, int src, int tag) {                                                \
-    check_peer("recv", "src", src);                                                              \
-    check_tag("recv", tag);                                                                      \
-    detail::current().recv(buf.data(), buf.size(), type_of<T>(), src, tag);                      \
-  }                                                                                              \
-  Work isend(std::span<const T> buf, int dst, int tag) {                                         \
-    check_peer("isend", "dst", dst);                                                             \
-    check_tag("isend", tag);                                                                     \
-    return detail::current().isend(buf.data(), buf.size(), type_of<T>(), dst, tag);              \
-  }                                                                                              \
-  Work irecv(std::span<T> buf, int src, int tag) {                                               \
-    check_peer("irecv", "src", src);                                                             \
-    check_tag("irecv", tag);                                                                     \
-    return detail::current().irecv(buf.data(), buf.size(), type_of<T>(), src, tag);              \
-  }                                                                                              \
-  int recv_any(std::span<T> buf, int tag) {                                                      \
-    check_tag("recv_any", tag);                                                                  \
-    return detail::current().recv_any(buf.data(), buf.size(), type_of<T>(), tag);                \
-  }                                                                                              \
-  Work irecv_any(std::span<T> buf, int tag) {                                                    \
-    check_tag("irecv_any", tag);                                                                 \
-    return detail::current().irecv_any(buf.data(), buf.size(), type_of<T>(), tag);               \
-  }                                                                                              \
-  void broadcast(std::span<T> buf, int src) {                                                    \
-    check_peer("broadcast", "src", src);                                                         \
-    detail::current().broadcast(buf.data(), buf.size(), type_of<T>(), src);                      \
-  }                                                                                              \
-  void reduce(std::span<T> buf, int dst, ReduceOp op) {                                          \
-    check_peer("reduce", "dst", dst);                                                            \
-    detail::current().reduce(buf.data(), buf.size(), type_of<T>(), op, dst);                     \
-  }                                                                                              \
-  void all_reduce(std::span<T> buf, ReduceOp op) {                                               \
-    detail::current().all_reduce(buf.data(), buf.size(), type_of<T>(), op);                      \
-  }                                                                                              \
-  Work all_reduce_async(std::span<T> buf, ReduceOp op) {                                         \
-    return detail::current().all_reduce_async(buf.data(), buf.size(), type_of<T>(), op);         \
-  }                                                                                              \
-  void gather(std::span<const T> in, std::span<T> out, int dst) {                                \
-    check_peer("gather", "dst", dst);                                                            \
-    auto& b = detail::current();                                                                 \
-    if (b.rank() == dst) {                                                                       \
-      check_size("gather", "out", out.size(), in.size() * b.size(), "world_size x in.size()");   \
-    }                                                                                            \
-    b.gather(in.data(), b.rank() == dst ? out.data() : nullptr, in.size(), type_of<T>(), dst);   \
-  }                                                                                              \
-  void all_gather(std::span<const T> in, std::span<T> out) {                                     \
-    auto& b = detail::current();                                                                 \
-    check_size("all_gather", "out", out.size(), in.size() * b.size(), "world_size x in.size()"); \
-    b.all_gather(in.data(), out.data(), in.size(), type_of<T>());                                \
-  }                                                                                              \
-  void scatter(std::span<const T> in, std::span<T> out, int src) {                               \
-    check_peer("scatter", "src", src);                                                           \
-    auto& b = detail::current();                                                                 \
-    if (b.rank() == src) {                                                                       \
-      check_size("scatter", "in", in.size(), out.size() * b.size(), "world_size x out.size()");  \
-    }                                                                                            \
-    b.scatter(b.rank() == src ? in.data() : nullptr, out.data(), out.size(), type_of<T>(), src); \
-  }                                                                                              \
-  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op) {                    \
-    auto& b = detail::current();                                                                 \
-    check_size("reduce_scatter", "in", in.size(), out.size() * b.size(),                         \
-               "world_size x out.size()");                                                       \
-    b.reduce_scatter(in.data(), out.data(), out.size(), type_of<T>(), op);                       \
-  }                                                                                              \
-  void reduce_into(std::span<T> inout, std::span<const T> in, ReduceOp op) {                     \
-    if (inout.size() != in.size()) {                                                             \
-      throw Error("reduce_into: inout has " + std::to_string(inout.size()) +                     \
-                  " elements but in has " + std::to_string(in.size()) + "; they must match");    \
-    }                                                                                            \
-    detail::apply_op(inout.data(), in.data(), in.size(), type_of<T>(), op);                      \
-    if (in_launch()) detail::current().sim_reduce(in.size_bytes());                              \
+#define DIST_DEFINE(T)                                                                             \
+  void send(std::span<const T> buf, int dst, int tag, const Group& g) {                            \
+    check_peer("send", "dst", dst, g);                                                             \
+    check_tag("send", tag);                                                                        \
+    detail::current().send(buf.data(), buf.size(), type_of<T>(), dst, tag, g);                     \
+  }                                                                                                \
+  void recv(std::span<T> buf, int src, int tag, const Group& g) {                                  \
+    check_peer("recv", "src", src, g);                                                             \
+    check_tag("recv", tag);                                                                        \
+    detail::current().recv(buf.data(), buf.size(), type_of<T>(), src, tag, g);                     \
+  }                                                                                                \
+  Work isend(std::span<const T> buf, int dst, int tag, const Group& g) {                           \
+    check_peer("isend", "dst", dst, g);                                                            \
+    check_tag("isend", tag);                                                                       \
+    return detail::current().isend(buf.data(), buf.size(), type_of<T>(), dst, tag, g);             \
+  }                                                                                                \
+  Work irecv(std::span<T> buf, int src, int tag, const Group& g) {                                 \
+    check_peer("irecv", "src", src, g);                                                            \
+    check_tag("irecv", tag);                                                                       \
+    return detail::current().irecv(buf.data(), buf.size(), type_of<T>(), src, tag, g);             \
+  }                                                                                                \
+  int recv_any(std::span<T> buf, int tag, const Group& g) {                                        \
+    check_member("recv_any", g);                                                                   \
+    check_tag("recv_any", tag);                                                                    \
+    return detail::current().recv_any(buf.data(), buf.size(), type_of<T>(), tag, g);               \
+  }                                                                                                \
+  Work irecv_any(std::span<T> buf, int tag, const Group& g) {                                      \
+    check_member("irecv_any", g);                                                                  \
+    check_tag("irecv_any", tag);                                                                   \
+    return detail::current().irecv_any(buf.data(), buf.size(), type_of<T>(), tag, g);              \
+  }                                                                                                \
+  void broadcast(std::span<T> buf, int src, const Group& g) {                                      \
+    check_peer("broadcast", "src", src, g);                                                        \
+    detail::current().broadcast(buf.data(), buf.size(), type_of<T>(), src, g);                     \
+  }                                                                                                \
+  void reduce(std::span<T> buf, int dst, ReduceOp op, const Group& g) {                            \
+    check_peer("reduce", "dst", dst, g);                                                           \
+    detail::current().reduce(buf.data(), buf.size(), type_of<T>(), op, dst, g);                    \
+  }                                                                                                \
+  void all_reduce(std::span<T> buf, ReduceOp op, const Group& g) {                                 \
+    check_member("all_reduce", g);                                                                 \
+    detail::current().all_reduce(buf.data(), buf.size(), type_of<T>(), op, g);                     \
+  }                                                                                                \
+  Work all_reduce_async(std::span<T> buf, ReduceOp op, const Group& g) {                           \
+    check_member("all_reduce_async", g);                                                           \
+    return detail::current().all_reduce_async(buf.data(), buf.size(), type_of<T>(), op, g);        \
+  }                                                                                                \
+  void gather(std::span<const T> in, std::span<T> out, int dst, const Group& g) {                  \
+    check_peer("gather", "dst", dst, g);                                                           \
+    const bool root = g.rank() == dst;                                                             \
+    if (root) check_size("gather", "out", out.size(), in.size() * g.size(), kSizeIn);              \
+    detail::current().gather(in.data(), root ? out.data() : nullptr, in.size(), type_of<T>(), dst, \
+                             g);                                                                   \
+  }                                                                                                \
+  void all_gather(std::span<const T> in, std::span<T> out, const Group& g) {                       \
+    check_member("all_gather", g);                                                                 \
+    check_size("all_gather", "out", out.size(), in.size() * g.size(), kSizeIn);                    \
+    detail::current().all_gather(in.data(), out.data(), in.size(), type_of<T>(), g);               \
+  }                                                                                                \
+  void scatter(std::span<const T> in, std::span<T> out, int src, const Group& g) {                 \
+    check_peer("scatter", "src", src, g);                                                          \
+    const bool root = g.rank() == src;                                                             \
+    if (root) check_size("scatter", "in", in.size(), out.size() * g.size(), kSizeOut);             \
+    detail::current().scatter(root ? in.data() : nullptr, out.data(), out.size(), type_of<T>(),    \
+                              src, g);                                                             \
+  }                                                                                                \
+  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op, const Group& g) {      \
+    check_member("reduce_scatter", g);                                                             \
+    check_size("reduce_scatter", "in", in.size(), out.size() * g.size(), kSizeOut);                \
+    detail::current().reduce_scatter(in.data(), out.data(), out.size(), type_of<T>(), op, g);      \
+  }                                                                                                \
+  void reduce_into(std::span<T> inout, std::span<const T> in, ReduceOp op) {                       \
+    if (inout.size() != in.size()) {                                                               \
+      throw Error("reduce_into: inout has " + std::to_string(inout.size()) +                       \
+                  " elements but in has " + std::to_string(in.size()) + "; they must match");      \
+    }                                                                                              \
+    detail::apply_op(inout.data(), in.data(), in.size(), type_of<T>(), op);                        \
+    if (in_launch()) detail::current().sim_reduce(in.size_bytes());                                \
   }
 
 DIST_DEFINE(float)

@@ -339,6 +339,82 @@ TEST(Mpi, StatsCountPointToPointAndBuiltinCalls) {
   });
 }
 
+// ---- process groups (MPI_Comm_split) -----------------------------------------------------------
+
+// Parity groups ({0, 2, ...} and {1, 3, ...}) ordered by descending world rank, a reversed copy of
+// the world, and every collective's value on them; p2p and recv_any in group ranks; counters in
+// world ranks.
+TEST(Mpi, GroupsSplitByColourAndKeyCarryCollectivesAndMessages) {
+  run([] {
+    const int p = dist::world_size(), r = dist::rank();
+    const dist::Group par = dist::split(r % 2, -r, {}, "par");
+    std::vector<int> want;
+    for (int q = p - 1; q >= 0; --q) {
+      if (q % 2 == r % 2) want.push_back(q);
+    }
+    ASSERT_EQ(par.world_ranks(), want);
+    EXPECT_EQ(par.name(), "par" + std::to_string(r % 2));
+    const int gp = par.size(), me = par.rank();
+    EXPECT_EQ(par.world_rank(me), r);
+
+    std::vector<double> x = {1.0 * r, 2.0};
+    dist::all_reduce(std::span<double>(x), dist::ReduceOp::Sum, par);
+    double sum = 0;
+    for (int w : want) sum += w;
+    EXPECT_EQ(x[0], sum);
+    EXPECT_EQ(x[1], 2.0 * gp);
+
+    std::vector<std::int32_t> in = {r}, all(static_cast<std::size_t>(gp));
+    dist::all_gather(std::span<const std::int32_t>(in), std::span<std::int32_t>(all), par);
+    EXPECT_EQ(std::vector<int>(all.begin(), all.end()), want);
+
+    std::vector<float> b = {me == gp - 1 ? 42.f : 0.f};
+    dist::broadcast(std::span<float>(b), gp - 1, par);
+    EXPECT_EQ(b[0], 42.f);
+
+    std::vector<std::int64_t> out = {r}, got = {-1};
+    dist::reset_stats();
+    auto w = dist::isend(std::span<const std::int64_t>(out), (me + 1) % gp, 5, par);
+    dist::recv(std::span<std::int64_t>(got), (me + gp - 1) % gp, 5, par);
+    w.wait();
+    EXPECT_EQ(got[0], par.world_rank((me + gp - 1) % gp));
+    const dist::Stats s = dist::stats();
+    EXPECT_EQ(s.bytes_sent_to[static_cast<std::size_t>(par.world_rank((me + 1) % gp))], 8u);
+
+    // recv_any on the reversed world returns a group rank.
+    const dist::Group rev = dist::new_group([&] {
+      std::vector<int> v(static_cast<std::size_t>(p));
+      for (int q = 0; q < p; ++q) v[static_cast<std::size_t>(q)] = p - 1 - q;
+      return v;
+    }());
+    EXPECT_EQ(rev.rank(), p - 1 - r);
+    if (p >= 2) {
+      std::vector<float> one = {1.f};
+      if (rev.rank() == 1) dist::send(std::span<const float>(one), 0, 2, rev);
+      if (rev.rank() == 0) {
+        EXPECT_EQ(dist::recv_any(std::span<float>(one), 2, rev), 1);
+      }
+    }
+    dist::barrier(rev);
+  });
+}
+
+TEST(Mpi, NewGroupWithDifferentListsIsAMismatchOnEveryRank) {
+  if (job_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::string msg;
+  try {
+    dist::launch(mpi_options(), [] {
+      dist::new_group(dist::rank() == 0 ? std::vector<int>{0} : std::vector<int>{1});
+    });
+    ADD_FAILURE() << "expected a MismatchError";
+  } catch (const dist::MismatchError& e) {
+    msg = e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong error: " << e.what();
+  }
+  EXPECT_NE(msg.find("new_group"), std::string::npos) << msg;
+}
+
 // ---- failures are loud, on every rank, and never hang ------------------------------------------
 
 TEST(Mpi, ErrorOnOneRankReachesEveryRankQuickly) {

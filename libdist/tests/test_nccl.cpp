@@ -85,6 +85,32 @@ class NcclTyped : public ::testing::Test {};
 using Types = ::testing::Types<float, double, std::int32_t, std::int64_t>;
 TYPED_TEST_SUITE(NcclTyped, Types);
 
+// Groups through ncclCommSplit: parity groups, an all_reduce and a ring of messages in each.
+TEST(Nccl, GroupsSplitByColourCarryCollectivesAndMessages) {
+  SKIP_WITHOUT_GPU();
+  run([] {
+    const int r = dist::rank(), p = dist::world_size();
+    const dist::Group par = dist::split(r % 2, r);
+    std::vector<int> want;
+    for (int q = r % 2; q < p; q += 2) want.push_back(q);
+    ASSERT_EQ(par.world_ranks(), want);
+    std::vector<float> x = {static_cast<float>(r)};
+    dist::all_reduce(std::span<float>(x), dist::ReduceOp::Sum, par);
+    float sum = 0;
+    for (int w : want) sum += static_cast<float>(w);
+    EXPECT_EQ(x[0], sum);
+    const int gp = par.size(), me = par.rank();
+    if (gp > 1) {
+      std::vector<float> out = {static_cast<float>(r)}, in = {-1.f};
+      auto w = dist::isend(std::span<const float>(out), (me + 1) % gp, 0, par);
+      auto v = dist::irecv(std::span<float>(in), (me + gp - 1) % gp, 0, par);
+      w.wait();
+      v.wait();
+      EXPECT_EQ(in[0], static_cast<float>(par.world_rank((me + gp - 1) % gp)));
+    }
+  });
+}
+
 TEST(Nccl, RankAndSize) {
   SKIP_WITHOUT_GPU();
   run([] {

@@ -34,12 +34,12 @@ void Engine::check_any_conflict_locked(int r, const P2POp& op) const {
   if (op.any_source) {
     for (const auto& [key, q] : boxes_[static_cast<std::size_t>(r)]) {
       for (const auto& rv : q.recvs) {
-        if (rv->tag == op.tag) throw Error(any_source_conflict(r, op, *rv));
+        if (rv->tag == op.tag && rv->gid == op.gid) throw Error(any_source_conflict(r, op, *rv));
       }
     }
   } else {
     for (const auto& any : anys) {
-      if (any->tag == op.tag) throw Error(any_source_conflict(r, op, *any));
+      if (any->tag == op.tag && any->gid == op.gid) throw Error(any_source_conflict(r, op, *any));
     }
   }
 }
@@ -54,15 +54,16 @@ bool Engine::resolve_any_locked() {
     const auto& anys = any_recvs_[static_cast<std::size_t>(d)];
     for (std::size_t i = 0; i < anys.size(); ++i) {
       const int tag = anys[i]->tag;
-      // Only the first pending any-source recv of each tag may take a message now.
-      if (std::any_of(anys.begin(), anys.begin() + static_cast<std::ptrdiff_t>(i),
-                      [&](const auto& earlier) { return earlier->tag == tag; })) {
+      const int gid = anys[i]->gid;
+      // Only the first pending any-source recv of each (group, tag) may take a message now.
+      if (std::any_of(
+              anys.begin(), anys.begin() + static_cast<std::ptrdiff_t>(i),
+              [&](const auto& earlier) { return earlier->tag == tag && earlier->gid == gid; })) {
         continue;
       }
-      for (int s = 0; s < p_; ++s) {
+      for (int s = 0; s < p_; ++s) {  // world ranks; a group's members keep their order
         auto& box = boxes_[static_cast<std::size_t>(d)];
-        auto it = box.find((static_cast<std::uint64_t>(static_cast<std::uint32_t>(s)) << 32) |
-                           static_cast<std::uint32_t>(tag));
+        auto it = box.find(BoxKey{gid, s, tag});
         if (it == box.end() || it->second.sends.empty()) continue;
         const Transfer& w = it->second.sends.front()->wire;
         const double arrival = w.ts + w.cost;
@@ -76,7 +77,7 @@ bool Engine::resolve_any_locked() {
   auto& anys = any_recvs_[static_cast<std::size_t>(best.dst)];
   std::shared_ptr<P2POp> rv = anys[best.index];
   anys.erase(anys.begin() + static_cast<std::ptrdiff_t>(best.index));
-  Queues& q = queues_locked(best.src, best.dst, rv->tag);
+  Queues& q = queues_locked(rv->gid, best.src, best.dst, rv->tag);
   std::shared_ptr<P2POp> s = std::move(q.sends.front());
   q.sends.pop_front();
   rv->peer = best.src;

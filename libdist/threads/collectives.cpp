@@ -16,27 +16,36 @@ constexpr std::size_t kSmallTile = 8192;  // bytes per reduction tile
 
 std::shared_ptr<CollSlot> Engine::arrive_locked(int r, const CollCall& call, std::uint64_t seq) {
   if (failed_) throw_failure_locked();
-  auto& sp = slots_[seq];
+  const int gid = call.group ? call.group->id : 0;
+  auto& sp = slots_[{gid, seq}];
   if (!sp) {
     sp = std::make_shared<CollSlot>();
     sp->seq = seq;
-    sp->p = p_;
-    sp->calls.resize(static_cast<std::size_t>(p_));
+    if (call.group) {
+      sp->world = call.group->ranks;
+    } else {
+      sp->world.resize(static_cast<std::size_t>(p_));
+      for (int q = 0; q < p_; ++q) sp->world[static_cast<std::size_t>(q)] = q;
+    }
+    sp->p = static_cast<int>(sp->world.size());
+    sp->calls.resize(sp->world.size());
   }
   CollSlot& s = *sp;
+  const int gr = group_rank_of(call, r);
   if (s.first_rank >= 0 && !call.same_as(s.calls[static_cast<std::size_t>(s.first_rank)])) {
-    const std::string msg = collective_mismatch(
-        seq, s.first_rank, s.calls[static_cast<std::size_t>(s.first_rank)], r, call);
+    const std::string msg =
+        collective_mismatch(seq, s.world[static_cast<std::size_t>(s.first_rank)],
+                            s.calls[static_cast<std::size_t>(s.first_rank)], r, call);
     fail_locked(r, std::make_exception_ptr(MismatchError(msg)));
     throw MismatchError(msg);
   }
-  s.calls[static_cast<std::size_t>(r)] = call;
-  if (s.first_rank < 0) s.first_rank = r;
+  s.calls[static_cast<std::size_t>(gr)] = call;
+  if (s.first_rank < 0) s.first_rank = gr;
   s.any_async = s.any_async || call.async;
   ++s.arrived;
   auto keep = sp;
-  if (s.arrived == p_) {
-    slots_.erase(seq);
+  if (s.arrived == s.p) {
+    slots_.erase({gid, seq});
     finalize_slot_locked(*keep);
   }
   return keep;
@@ -44,29 +53,83 @@ std::shared_ptr<CollSlot> Engine::arrive_locked(int r, const CollCall& call, std
 
 void Engine::finalize_slot_locked(CollSlot& s) {
   const CollCall& c = s.calls[0];
+  const int p = s.p;
   double start = 0;
   for (const auto& x : s.calls) start = std::max(start, x.link.clock);
   s.start = start;
-  s.result.resize(static_cast<std::size_t>(p_));
-  for (int q = 0; q < p_; ++q) {
+  s.result.resize(static_cast<std::size_t>(p));
+  for (int q = 0; q < p; ++q) {
     s.result[static_cast<std::size_t>(q)] = s.calls[static_cast<std::size_t>(q)].link;
     s.result[static_cast<std::size_t>(q)].clock = start;
   }
-  replay(c.kind, p_, c.root, c.count, size_of(c.type), opts_.network, s.result, s.msgs);
+  replay(c.kind, p, c.root, c.count, size_of(c.type), opts_.network, s.result, s.msgs, s.world);
+  if (c.kind == CollKind::NewGroup || c.kind == CollKind::Split) create_groups_locked(s);
   if (s.any_async) {
     if (c.kind != CollKind::Barrier) {
-      for (int q = 0; q < p_; ++q) exec_part(s, q);
+      for (int q = 0; q < p; ++q) exec_part(s, q);
     }
     s.done.store(true, std::memory_order_release);
   }
   // Published last: a blocking rank that spins on `ready` without the lock and finds the slot
   // has async callers returns at once, so the data must already have been moved.
   s.ready.store(true, std::memory_order_release);
-  for (int q = 0; q < p_; ++q) {
-    const Rank& x = rank_state(q);
+  for (int w : s.world) {
+    const Rank& x = rank_state(w);
     if (x.state == RunState::Blocked && x.pending.kind == Pending::Coll &&
         x.pending.slot.get() == &s)
-      wake_locked(q);
+      wake_locked(w);
+  }
+}
+
+// new_group / split: every caller's description of the group it lands in. Ids come from one
+// engine-wide counter (under the mutex), so every member of a new group sees the same id.
+void Engine::create_groups_locked(CollSlot& s) {
+  const int p = s.p;
+  auto describe = [&](int id, std::vector<int> ranks, const std::string& name) {
+    GroupInfo g;
+    g.id = id;
+    g.name = name;
+    g.group_of.assign(static_cast<std::size_t>(p_), -1);
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      g.group_of[static_cast<std::size_t>(ranks[i])] = static_cast<int>(i);
+    g.ranks = std::move(ranks);
+    return g;
+  };
+  auto own = [&](GroupInfo g, int q) {
+    g.my_rank = g.group_of[static_cast<std::size_t>(s.world[static_cast<std::size_t>(q)])];
+    return std::make_shared<const GroupInfo>(std::move(g));
+  };
+  s.created.resize(static_cast<std::size_t>(p));
+  if (s.calls[0].kind == CollKind::NewGroup) {
+    const int id = next_gid_++;
+    for (int q = 0; q < p; ++q) {
+      const CollCall& c = s.calls[static_cast<std::size_t>(q)];
+      s.created[static_cast<std::size_t>(q)] = own(describe(id, c.members, c.label), q);
+    }
+    return;
+  }
+  std::map<int, std::vector<int>> by_color;  // colour -> parent ranks, ordered by (key, rank)
+  for (int q = 0; q < p; ++q) {
+    const int color = s.calls[static_cast<std::size_t>(q)].color;
+    if (color >= 0) by_color[color].push_back(q);
+  }
+  std::map<int, int> id_of;
+  for (auto& [color, qs] : by_color) {
+    std::stable_sort(qs.begin(), qs.end(), [&](int a, int b) {
+      return s.calls[static_cast<std::size_t>(a)].key < s.calls[static_cast<std::size_t>(b)].key;
+    });
+    id_of[color] = next_gid_++;
+  }
+  for (int q = 0; q < p; ++q) {
+    const CollCall& c = s.calls[static_cast<std::size_t>(q)];
+    if (c.color < 0) {
+      s.created[static_cast<std::size_t>(q)] = own(describe(-1, {}, c.label + "none"), q);
+      continue;
+    }
+    std::vector<int> ranks;
+    for (int x : by_color[c.color]) ranks.push_back(s.world[static_cast<std::size_t>(x)]);
+    s.created[static_cast<std::size_t>(q)] =
+        own(describe(id_of[c.color], std::move(ranks), c.label + std::to_string(c.color)), q);
   }
 }
 
@@ -93,10 +156,10 @@ void move_bytes(void* dst, const void* src, std::size_t bytes) {
 
 }  // namespace
 
-void Engine::exec_part(const CollSlot& s, int r) {
+void Engine::exec_part(const CollSlot& s, int r) {  // r: a rank of the slot's group
   const CollCall& c = s.calls[static_cast<std::size_t>(r)];
   const std::size_t es = size_of(c.type);
-  const int p = p_;
+  const int p = s.p;
   auto in_of = [&](int q) {
     return static_cast<const std::byte*>(s.calls[static_cast<std::size_t>(q)].in);
   };
@@ -107,6 +170,8 @@ void Engine::exec_part(const CollSlot& s, int r) {
   const std::size_t len = chunk_len(c.count, p, r);
   switch (c.kind) {
     case CollKind::Barrier:
+    case CollKind::NewGroup:
+    case CollKind::Split:
       break;
     case CollKind::Broadcast:
       // Rank r copies chunk r of the root's buffer into every other rank's buffer.
@@ -157,30 +222,34 @@ void Engine::exec_part(const CollSlot& s, int r) {
 
 void Engine::wait_parts(CollSlot& s) {
   const int n = s.parts_done.fetch_add(1, std::memory_order_acq_rel) + 1;
-  if (n == p_) {
+  if (n == s.p) {
     s.parts_done.notify_all();
     return;
   }
-  if (wait_.spin_until([&] { return s.parts_done.load(std::memory_order_acquire) == p_; })) return;
+  if (wait_.spin_until([&] { return s.parts_done.load(std::memory_order_acquire) == s.p; })) return;
   for (;;) {
     const int v = s.parts_done.load(std::memory_order_acquire);
-    if (v == p_) return;
+    if (v == s.p) return;
     s.parts_done.wait(v, std::memory_order_acquire);
   }
 }
 
 void Engine::apply_result(int r, const CollSlot& s, bool async) {
   Rank& me = rank_state(r);
-  const CollCall& c = s.calls[static_cast<std::size_t>(r)];
-  const LinkState& res = s.result[static_cast<std::size_t>(r)];
+  const CollCall& c0 = s.calls[static_cast<std::size_t>(s.first_rank)];
+  const int gr = c0.group ? c0.group->group_of[static_cast<std::size_t>(r)] : r;
+  const CollCall& c = s.calls[static_cast<std::size_t>(gr)];
+  const LinkState& res = s.result[static_cast<std::size_t>(gr)];
+  if (c.kind == CollKind::NewGroup || c.kind == CollKind::Split) return;  // free, not counted
   if (async || s.any_async) {
     me.link.clock = std::max(me.link.clock, res.clock);
   } else {
     me.link = res;
   }
   auto& st = me.stats;
-  for (const MsgRecord& m : s.msgs[static_cast<std::size_t>(r)]) {
-    count_message(st, m.sent ? Direction::Sent : Direction::Received, m.peer, m.bytes);
+  for (const MsgRecord& m : s.msgs[static_cast<std::size_t>(gr)]) {
+    count_message(st, m.sent ? Direction::Sent : Direction::Received,
+                  s.world[static_cast<std::size_t>(m.peer)], m.bytes);
   }
   if (c.kind == CollKind::Barrier) {
     st.barriers += 1;
@@ -195,13 +264,14 @@ void Engine::apply_result(int r, const CollSlot& s, bool async) {
     ev.seq = s.seq;
     ev.is_coll = true;
     ev.bytes = c.count * size_of(c.type);
+    if (c.group) ev.group = c.group->name;
     trace(r, std::move(ev));
   }
 }
 
-void Engine::collective(int r, CollCall call) {
+std::shared_ptr<CollSlot> Engine::collective(int r, CollCall call) {
   Rank& me = rank_state(r);
-  const std::uint64_t seq = me.coll_seq++;
+  const std::uint64_t seq = me.coll_seq[call.group ? call.group->id : 0]++;
   call.link = me.link;
   std::shared_ptr<CollSlot> slot;
   {
@@ -222,20 +292,22 @@ void Engine::collective(int r, CollCall call) {
     }
   }
   if (!slot->any_async && call.kind != CollKind::Barrier) {
-    exec_part(*slot, r);
+    exec_part(*slot, group_rank_of(call, r));
     wait_parts(*slot);
   }
   apply_result(r, *slot, false);
+  return slot;
 }
 
 std::shared_ptr<AsyncColl> Engine::collective_async(int r, CollCall call) {
   Rank& me = rank_state(r);
-  const std::uint64_t seq = me.coll_seq++;
+  const std::uint64_t seq = me.coll_seq[call.group ? call.group->id : 0]++;
   call.link = me.link;
   call.async = true;
   auto a = std::make_shared<AsyncColl>();
   a->engine = this;
   a->rank = r;
+  a->grank = group_rank_of(call, r);
   {
     std::lock_guard<std::mutex> g(mu_);
     a->slot = arrive_locked(r, call, seq);
@@ -252,7 +324,7 @@ void Engine::wait_async(int r, AsyncColl& a) {
     what.kind = Pending::Coll;
     what.slot = slot;
     what.seq = slot->seq;
-    what.call = slot->calls[static_cast<std::size_t>(r)];
+    what.call = slot->calls[static_cast<std::size_t>(a.grank)];
     block(r, lk, what, [&] { return slot->done.load(std::memory_order_relaxed); });
   }
   if (!a.applied) {
@@ -268,7 +340,7 @@ bool Engine::async_completed(AsyncColl& a) {
   if (a.slot->done.load(std::memory_order_acquire)) return true;
   throw_if_failed();
   check_poll_timeout(a.rank, a.first_poll,
-                     a.slot->calls[static_cast<std::size_t>(a.rank)].describe());
+                     a.slot->calls[static_cast<std::size_t>(a.grank)].describe());
   return false;
 }
 

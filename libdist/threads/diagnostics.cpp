@@ -18,19 +18,29 @@ std::string P2POp::describe() const {
   if (any_source && peer == kAnySource) {
     os << "recv_any(tag=" << tag;
   } else {
-    os << (is_send      ? "send(dst="
-           : any_source ? "recv_any(src="
-                        : "recv(src=")
-       << peer << ", tag=" << tag;
+    os << (is_send ? "send(dst=" : any_source ? "recv_any(src=" : "recv(src=");
+    if (group) {
+      os << group->group_of[static_cast<std::size_t>(peer)] << " [world rank " << peer << "]";
+    } else {
+      os << peer;
+    }
+    os << ", tag=" << tag;
   }
   os << ", " << describe_count(count, type) << ")";
+  if (group) os << " on group '" << group->name << "'";
   return os.str();
 }
 
 std::string CollCall::describe() const {
   std::ostringstream os;
   os << coll_name(kind) << (async && kind == CollKind::AllReduce ? "_async" : "") << "(";
-  if (kind != CollKind::Barrier) {
+  if (kind == CollKind::NewGroup) {
+    os << "ranks {";
+    for (std::size_t i = 0; i < members.size(); ++i) os << (i ? ", " : "") << members[i];
+    os << "}";
+  } else if (kind == CollKind::Split) {
+    os << "color=" << color << ", key=" << key;
+  } else if (kind != CollKind::Barrier) {
     os << describe_count(count, type);
     if (kind == CollKind::Gather || kind == CollKind::AllGather || kind == CollKind::Scatter ||
         kind == CollKind::ReduceScatter) {
@@ -41,6 +51,7 @@ std::string CollCall::describe() const {
     if (kind == CollKind::Reduce || kind == CollKind::Gather) os << ", dst=" << root;
   }
   os << ")";
+  if (group) os << " on group '" << group->name << "'";
   return os.str();
 }
 
@@ -125,10 +136,52 @@ std::string Engine::deadlock_hint_locked() const {
       break;
     }
   }
+  // A send and a recv that would match but were posted on different groups.
+  for (int a = 0; a < p_ && hints.empty(); ++a) {
+    const P2POp* x = p2p(a);
+    if (!x || x->is_send || x->any_source) continue;
+    const P2POp* y = p2p(x->peer);
+    if (y && y->is_send && y->peer == a && y->tag == x->tag && y->gid != x->gid) {
+      auto name = [](const P2POp* o) { return o->group ? o->group->name : std::string("world"); };
+      hints.push_back("rank " + std::to_string(x->peer) + " sends to rank " + std::to_string(a) +
+                      " on group '" + name(y) + "' but rank " + std::to_string(a) +
+                      " receives on group '" + name(x) +
+                      "': messages of different groups never match (pass the same Group)");
+    }
+  }
+  // Members of one group waiting in collectives of different groups (or in different orders).
+  for (int a = 0; a < p_ && hints.empty(); ++a) {
+    const Rank& x = rank_state(a);
+    if (x.state != RunState::Blocked || x.pending.kind != Pending::Coll) continue;
+    const auto& g = x.pending.call.group;
+    for (int b = 0; b < p_; ++b) {
+      const Rank& y = rank_state(b);
+      if (b == a || y.state != RunState::Blocked || y.pending.kind != Pending::Coll) continue;
+      if (g && g->group_of[static_cast<std::size_t>(b)] < 0) continue;
+      if (y.pending.slot == x.pending.slot) continue;
+      hints.push_back("rank " + std::to_string(a) + " waits in " + x.pending.call.describe() +
+                      " while rank " + std::to_string(b) + ", a member of " +
+                      (g ? "group '" + g->name + "'" : std::string("the world")) + ", waits in " +
+                      y.pending.call.describe() +
+                      ": the members of each group must call its collectives (and create groups "
+                      "from it) in the same order");
+      break;
+    }
+  }
   // Collectives that only some ranks called.
+  // (On a group: only its members count; the group is the first waiting rank's.)
   std::vector<int> in_coll, elsewhere, finished;
+  std::shared_ptr<const GroupInfo> coll_group;
   for (int q = 0; q < p_; ++q) {
     const Rank& x = rank_state(q);
+    if (x.state == RunState::Blocked && x.pending.kind == Pending::Coll) {
+      coll_group = x.pending.call.group;
+      break;
+    }
+  }
+  for (int q = 0; q < p_; ++q) {
+    const Rank& x = rank_state(q);
+    if (coll_group && coll_group->group_of[static_cast<std::size_t>(q)] < 0) continue;
     if (x.state == RunState::Finished) {
       finished.push_back(q);
     } else if (x.pending.kind == Pending::Coll) {

@@ -142,8 +142,8 @@ void Engine::finish_rank(int r, std::exception_ptr error) {
           apply_result(r, *a->slot, true);
         }
       } else {
-        leaks +=
-            (leaks.empty() ? "" : ", ") + a->slot->calls[static_cast<std::size_t>(r)].describe();
+        leaks += (leaks.empty() ? "" : ", ") +
+                 a->slot->calls[static_cast<std::size_t>(a->grank)].describe();
       }
     }
     if (!leaks.empty()) error = std::make_exception_ptr(Error(leaked_work_report(leaks)));

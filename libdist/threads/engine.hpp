@@ -68,16 +68,28 @@ struct alignas(64) Rank {
   // Owned by the rank's thread.
   LinkState link;
   Stats stats;
-  std::uint64_t coll_seq = 0;
+  std::map<int, std::uint64_t> coll_seq;            // per group id: the next collective's number
   std::vector<std::shared_ptr<P2POp>> outstanding;  // isend/irecv not yet waited
   std::vector<std::shared_ptr<AsyncColl>> outstanding_async;
   std::vector<TraceEvent> trace;
   std::shared_ptr<DeviceState> device;  // created on first use (device.cpp)
 };
 
-/// Unmatched sends and recvs of one (source, destination, tag).
+/// Unmatched sends and recvs of one (group, source, destination, tag).
 struct Queues {
   std::deque<std::shared_ptr<P2POp>> sends, recvs;
+};
+struct BoxKey {
+  int gid, src, tag;
+  bool operator==(const BoxKey&) const = default;
+};
+struct BoxKeyHash {
+  std::size_t operator()(const BoxKey& k) const {
+    const std::uint64_t v = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.src)) << 32) |
+                            static_cast<std::uint32_t>(k.tag);
+    return std::hash<std::uint64_t>{}(v ^
+                                      (static_cast<std::uint64_t>(k.gid) * 0x9E3779B97F4A7C15ull));
+  }
 };
 
 class Engine {
@@ -100,13 +112,15 @@ class Engine {
 
   // point-to-point (p2p.cpp)
   std::shared_ptr<P2POp> post(int r, bool is_send, bool blocking, const void* sbuf, void* rbuf,
-                              std::size_t count, DataType type, int peer, int tag);
+                              std::size_t count, DataType type, int peer, int tag,
+                              const std::shared_ptr<const GroupInfo>& group = nullptr);
   void wait_p2p(int r, const std::shared_ptr<P2POp>& op);
   // receives from any source (any_source.cpp); post() with peer == kAnySource starts one
   bool p2p_completed(int r, const std::shared_ptr<P2POp>& op);
 
   // collectives (collectives.cpp)
-  void collective(int r, CollCall call);
+  // `call.group` picks the group (null: the world); returns the slot (new_group/split read it).
+  std::shared_ptr<CollSlot> collective(int r, CollCall call);
   std::shared_ptr<AsyncColl> collective_async(int r, CollCall call);
   void wait_async(int r, AsyncColl& a);
   bool async_completed(AsyncColl& a);
@@ -148,7 +162,7 @@ class Engine {
   void match_locked(const std::shared_ptr<P2POp>& send, const std::shared_ptr<P2POp>& recv);
   void complete_p2p(int r, P2POp& op);
   void withdraw_locked(int r, const P2POp& op);
-  Queues& queues_locked(int src, int dst, int tag);
+  Queues& queues_locked(int gid, int src, int dst, int tag);
   // any_source.cpp
   void post_any_locked(int r, const std::shared_ptr<P2POp>& op);
   void check_any_conflict_locked(int r, const P2POp& op) const;
@@ -157,9 +171,13 @@ class Engine {
   // collectives.cpp
   std::shared_ptr<CollSlot> arrive_locked(int r, const CollCall& call, std::uint64_t seq);
   void finalize_slot_locked(CollSlot& slot);
-  void exec_part(const CollSlot& slot, int r);
+  void create_groups_locked(CollSlot& slot);
+  void exec_part(const CollSlot& slot, int gr);
   void wait_parts(CollSlot& slot);
   void apply_result(int r, const CollSlot& slot, bool async);
+  static int group_rank_of(const CollCall& call, int r) {
+    return call.group ? call.group->my_rank : r;
+  }
 
   LaunchOptions opts_;
   std::function<void()> body_;
@@ -174,9 +192,10 @@ class Engine {
   std::atomic<bool> failed_flag_{false};  // mirrors failed_ for lock-free polls
   std::string fail_msg_;
   std::exception_ptr first_error_;
-  std::vector<std::unordered_map<std::uint64_t, Queues>> boxes_;  // [dst][(src, tag)]
-  std::vector<std::vector<std::shared_ptr<P2POp>>> any_recvs_;    // [dst]: unmatched, in order
-  std::map<std::uint64_t, std::shared_ptr<CollSlot>> slots_;
+  std::vector<std::unordered_map<BoxKey, Queues, BoxKeyHash>> boxes_;  // [dst][(gid, src, tag)]
+  std::vector<std::vector<std::shared_ptr<P2POp>>> any_recvs_;         // [dst]: unmatched, in order
+  std::map<std::pair<int, std::uint64_t>, std::shared_ptr<CollSlot>> slots_;  // (gid, seq)
+  int next_gid_ = 1;  // group ids; 0 is the world
   // launch bookkeeping
   int threads_done_ = 0;
   std::vector<char> thread_done_;

@@ -14,19 +14,21 @@ namespace {
 
 class P2PWork final : public WorkImpl {
  public:
-  P2PWork(Engine* e, int r, std::shared_ptr<P2POp> op) : e_(e), r_(r), op_(std::move(op)) {}
+  P2PWork(Engine* e, int r, std::shared_ptr<P2POp> op, std::shared_ptr<const GroupInfo> g)
+      : e_(e), r_(r), op_(std::move(op)), g_(std::move(g)) {}
   bool is_completed() override { return e_->p2p_completed(r_, op_); }
   void wait() override { e_->wait_p2p(r_, op_); }
   int source_rank() override {
     if (!op_->any_source) return WorkImpl::source_rank();
     e_->wait_p2p(r_, op_);
-    return op_->peer;
+    return g_ ? g_->group_of[static_cast<std::size_t>(op_->peer)] : op_->peer;  // a group rank
   }
 
  private:
   Engine* e_;
   int r_;
   std::shared_ptr<P2POp> op_;
+  std::shared_ptr<const GroupInfo> g_;
 };
 
 class AsyncWork final : public WorkImpl {
@@ -45,74 +47,120 @@ class RankBackend final : public BackendImpl {
   int rank() const override { return r_; }
   int size() const override { return e_->size(); }
 
-  void send(const void* buf, std::size_t count, DataType type, int dst, int tag) override {
-    auto op = e_->post(r_, true, true, buf, nullptr, count, type, dst, tag);
-    e_->wait_p2p(r_, op);
+  // Ranks arrive as group ranks; the engine works in world ranks plus the group's id.
+  static int world_of(const Group& g, int group_rank) {
+    return g.is_world() ? group_rank : g.info()->ranks[static_cast<std::size_t>(group_rank)];
   }
-  void recv(void* buf, std::size_t count, DataType type, int src, int tag) override {
-    auto op = e_->post(r_, false, true, nullptr, buf, count, type, src, tag);
-    e_->wait_p2p(r_, op);
+  static std::shared_ptr<const GroupInfo> info_of(const Group& g) {
+    return g.is_world() ? nullptr : g.shared_info();
   }
-  Work isend(const void* buf, std::size_t count, DataType type, int dst, int tag) override {
-    return Work(std::make_shared<P2PWork>(
-        e_, r_, e_->post(r_, true, false, buf, nullptr, count, type, dst, tag)));
+  static int group_of(const Group& g, int world_rank) {
+    return g.is_world() ? world_rank : g.info()->group_of[static_cast<std::size_t>(world_rank)];
   }
-  Work irecv(void* buf, std::size_t count, DataType type, int src, int tag) override {
-    return Work(std::make_shared<P2PWork>(
-        e_, r_, e_->post(r_, false, false, nullptr, buf, count, type, src, tag)));
-  }
-  int recv_any(void* buf, std::size_t count, DataType type, int tag) override {
-    auto op = e_->post(r_, false, true, nullptr, buf, count, type, kAnySource, tag);
-    e_->wait_p2p(r_, op);
-    return op->peer;
-  }
-  Work irecv_any(void* buf, std::size_t count, DataType type, int tag) override {
-    return Work(std::make_shared<P2PWork>(
-        e_, r_, e_->post(r_, false, false, nullptr, buf, count, type, kAnySource, tag)));
-  }
-  void barrier() override {
-    e_->collective(r_, make(CollKind::Barrier, nullptr, nullptr, 0, DataType::Float32));
+  std::shared_ptr<P2POp> post(bool is_send, bool blocking, const void* sbuf, void* rbuf,
+                              std::size_t count, DataType type, int peer, int tag, const Group& g) {
+    return e_->post(r_, is_send, blocking, sbuf, rbuf, count, type,
+                    peer == kAnySource ? peer : world_of(g, peer), tag, info_of(g));
   }
 
-  void broadcast(void* buf, std::size_t count, DataType type, int src) override {
-    auto c = make(CollKind::Broadcast, buf, buf, count, type);
+  void send(const void* buf, std::size_t count, DataType type, int dst, int tag,
+            const Group& g) override {
+    e_->wait_p2p(r_, post(true, true, buf, nullptr, count, type, dst, tag, g));
+  }
+  void recv(void* buf, std::size_t count, DataType type, int src, int tag,
+            const Group& g) override {
+    e_->wait_p2p(r_, post(false, true, nullptr, buf, count, type, src, tag, g));
+  }
+  Work isend(const void* buf, std::size_t count, DataType type, int dst, int tag,
+             const Group& g) override {
+    return Work(std::make_shared<P2PWork>(
+        e_, r_, post(true, false, buf, nullptr, count, type, dst, tag, g), info_of(g)));
+  }
+  Work irecv(void* buf, std::size_t count, DataType type, int src, int tag,
+             const Group& g) override {
+    return Work(std::make_shared<P2PWork>(
+        e_, r_, post(false, false, nullptr, buf, count, type, src, tag, g), info_of(g)));
+  }
+  int recv_any(void* buf, std::size_t count, DataType type, int tag, const Group& g) override {
+    auto op = post(false, true, nullptr, buf, count, type, kAnySource, tag, g);
+    e_->wait_p2p(r_, op);
+    return group_of(g, op->peer);
+  }
+  Work irecv_any(void* buf, std::size_t count, DataType type, int tag, const Group& g) override {
+    return Work(std::make_shared<P2PWork>(
+        e_, r_, post(false, false, nullptr, buf, count, type, kAnySource, tag, g), info_of(g)));
+  }
+  void barrier(const Group& g) override {
+    e_->collective(r_, make(CollKind::Barrier, nullptr, nullptr, 0, DataType::Float32, g));
+  }
+
+  void broadcast(void* buf, std::size_t count, DataType type, int src, const Group& g) override {
+    auto c = make(CollKind::Broadcast, buf, buf, count, type, g);
     c.root = src;
     e_->collective(r_, c);
   }
-  void reduce(void* buf, std::size_t count, DataType type, ReduceOp op, int dst) override {
-    auto c = make(CollKind::Reduce, buf, buf, count, type);
+  void reduce(void* buf, std::size_t count, DataType type, ReduceOp op, int dst,
+              const Group& g) override {
+    auto c = make(CollKind::Reduce, buf, buf, count, type, g);
     c.op = op;
     c.root = dst;
     e_->collective(r_, c);
   }
-  void all_reduce(void* buf, std::size_t count, DataType type, ReduceOp op) override {
-    auto c = make(CollKind::AllReduce, buf, buf, count, type);
+  void all_reduce(void* buf, std::size_t count, DataType type, ReduceOp op,
+                  const Group& g) override {
+    auto c = make(CollKind::AllReduce, buf, buf, count, type, g);
     c.op = op;
     e_->collective(r_, c);
   }
-  Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op) override {
-    auto c = make(CollKind::AllReduce, buf, buf, count, type);
+  Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op,
+                        const Group& g) override {
+    auto c = make(CollKind::AllReduce, buf, buf, count, type, g);
     c.op = op;
     return Work(std::make_shared<AsyncWork>(e_->collective_async(r_, c)));
   }
-  void gather(const void* in, void* out, std::size_t count, DataType type, int dst) override {
-    auto c = make(CollKind::Gather, in, out, count, type);
+  void gather(const void* in, void* out, std::size_t count, DataType type, int dst,
+              const Group& g) override {
+    auto c = make(CollKind::Gather, in, out, count, type, g);
     c.root = dst;
     e_->collective(r_, c);
   }
-  void all_gather(const void* in, void* out, std::size_t count, DataType type) override {
-    e_->collective(r_, make(CollKind::AllGather, in, out, count, type));
+  void all_gather(const void* in, void* out, std::size_t count, DataType type,
+                  const Group& g) override {
+    e_->collective(r_, make(CollKind::AllGather, in, out, count, type, g));
   }
-  void scatter(const void* in, void* out, std::size_t count, DataType type, int src) override {
-    auto c = make(CollKind::Scatter, in, out, count, type);
+  void scatter(const void* in, void* out, std::size_t count, DataType type, int src,
+               const Group& g) override {
+    auto c = make(CollKind::Scatter, in, out, count, type, g);
     c.root = src;
     e_->collective(r_, c);
   }
-  void reduce_scatter(const void* in, void* out, std::size_t count, DataType type,
-                      ReduceOp op) override {
-    auto c = make(CollKind::ReduceScatter, in, out, count, type);
+  void reduce_scatter(const void* in, void* out, std::size_t count, DataType type, ReduceOp op,
+                      const Group& g) override {
+    auto c = make(CollKind::ReduceScatter, in, out, count, type, g);
     c.op = op;
     e_->collective(r_, c);
+  }
+
+  std::shared_ptr<const GroupInfo> new_group(const std::vector<int>& ranks,
+                                             const std::string& name) override {
+    auto c = make(CollKind::NewGroup, nullptr, nullptr, 0, DataType::Float32, Group{});
+    c.members = ranks;
+    c.label = name;
+    return owned(e_->collective(r_, c)->created[static_cast<std::size_t>(r_)]);
+  }
+  std::shared_ptr<const GroupInfo> split(int color, int key, const Group& parent,
+                                         const std::string& name) override {
+    auto c = make(CollKind::Split, nullptr, nullptr, 0, DataType::Float32, parent);
+    c.color = color;
+    c.key = key;
+    c.label = name;
+    return owned(e_->collective(r_, c)->created[static_cast<std::size_t>(parent.rank())]);
+  }
+  // This rank's own copy, marked as created by this backend.
+  std::shared_ptr<const GroupInfo> owned(const std::shared_ptr<const GroupInfo>& g) const {
+    auto mine = std::make_shared<GroupInfo>(*g);
+    mine->owner = this;
+    return mine;
   }
 
   Stats stats() override { return e_->rank_state(r_).stats; }
@@ -124,8 +172,10 @@ class RankBackend final : public BackendImpl {
   void sim_reduce(std::size_t bytes) override { e_->sim_reduce(r_, bytes); }
 
  private:
-  static CollCall make(CollKind kind, const void* in, void* out, std::size_t count, DataType type) {
+  static CollCall make(CollKind kind, const void* in, void* out, std::size_t count, DataType type,
+                       const Group& g) {
     CollCall c;
+    c.group = info_of(g);
     c.kind = kind;
     c.in = in;
     c.out = out;

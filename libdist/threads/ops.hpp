@@ -29,6 +29,8 @@ struct P2POp {
                             // recv is matched, then its source)
   bool any_source = false;  // recv_any / irecv_any (any_source.cpp)
   int tag = 0;
+  int gid = 0;                             // the group it was posted on (0: the world)
+  std::shared_ptr<const GroupInfo> group;  // null: the world (peer is a world rank either way)
   const void* sbuf = nullptr;
   void* rbuf = nullptr;
   std::size_t count = 0;
@@ -56,7 +58,12 @@ struct CollCall {
   bool async = false;
   const void* in = nullptr;
   void* out = nullptr;
-  LinkState link;  // the caller's clock and link state on arrival
+  LinkState link;                          // the caller's clock and link state on arrival
+  std::shared_ptr<const GroupInfo> group;  // the group it runs on (null: the world)
+  // Creating groups: new_group's world ranks; split's colour and key; the new group's name.
+  std::vector<int> members;
+  int color = 0, key = 0;
+  std::string label;
 
   bool has_op() const {
     return kind == CollKind::Reduce || kind == CollKind::AllReduce ||
@@ -67,17 +74,20 @@ struct CollCall {
            kind == CollKind::Scatter;
   }
   bool same_as(const CollCall& o) const {
+    if (kind == CollKind::NewGroup) return o.kind == kind && members == o.members;
+    if (kind == CollKind::Split) return o.kind == kind;
     return kind == o.kind && count == o.count && type == o.type && (!has_op() || op == o.op) &&
            (!has_root() || root == o.root);
   }
-  /// "all_reduce(16 floats, sum)" (diagnostics.cpp).
+  /// "all_reduce(16 floats, sum)", "... on group 'tp0'" on a group (diagnostics.cpp).
   std::string describe() const;
 };
 
 /// Where the calls of one collective (the seq-th of every rank) meet (collectives.cpp).
 struct CollSlot {
   std::uint64_t seq = 0;
-  int p = 0;
+  int p = 0;               // ranks taking part; calls, result and msgs are indexed by group rank
+  std::vector<int> world;  // world rank of each group rank
   int arrived = 0;
   int first_rank = -1;
   bool any_async = false;
@@ -88,6 +98,7 @@ struct CollSlot {
   std::vector<std::vector<MsgRecord>> msgs;
   double start = 0;                // max of the arrival clocks
   std::atomic<int> parts_done{0};  // parallel execution: ranks done with their part
+  std::vector<std::shared_ptr<const GroupInfo>> created;  // new_group/split: per group rank
 };
 
 class Engine;
@@ -95,7 +106,8 @@ class Engine;
 /// An all_reduce_async in flight on one rank.
 struct AsyncColl {
   Engine* engine = nullptr;
-  int rank = 0;
+  int rank = 0;   // world rank
+  int grank = 0;  // its rank in the slot's group
   std::shared_ptr<CollSlot> slot;
   bool applied = false;  // owner thread only
   SteadyClock::time_point first_poll{};
@@ -110,6 +122,7 @@ struct TraceEvent {
   std::uint64_t seq = 0;
   bool is_coll = false;
   std::string track;  // "" = the rank's own track; else a stream of its device (trace.cpp)
+  std::string group;  // the group's name; empty on the world
 };
 
 /// "16 floats", "1 int32".

@@ -9,15 +9,8 @@
 
 namespace dist::detail::fake {
 
-namespace {
-std::uint64_t box_key(int src, int tag) {
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) |
-         static_cast<std::uint32_t>(tag);
-}
-}  // namespace
-
-Queues& Engine::queues_locked(int src, int dst, int tag) {
-  return boxes_[static_cast<std::size_t>(dst)][box_key(src, tag)];
+Queues& Engine::queues_locked(int gid, int src, int dst, int tag) {
+  return boxes_[static_cast<std::size_t>(dst)][BoxKey{gid, src, tag}];
 }
 
 void Engine::withdraw_locked(int r, const P2POp& op) {
@@ -27,7 +20,8 @@ void Engine::withdraw_locked(int r, const P2POp& op) {
     if (it != v.end()) v.erase(it);
     return;
   }
-  auto& box = op.is_send ? queues_locked(r, op.peer, op.tag) : queues_locked(op.peer, r, op.tag);
+  auto& box = op.is_send ? queues_locked(op.gid, r, op.peer, op.tag)
+                         : queues_locked(op.gid, op.peer, r, op.tag);
   auto& q = op.is_send ? box.sends : box.recvs;
   auto it = std::find_if(q.begin(), q.end(), [&](const auto& x) { return x.get() == &op; });
   if (it != q.end()) q.erase(it);
@@ -47,8 +41,8 @@ void Engine::match_locked(const std::shared_ptr<P2POp>& s, const std::shared_ptr
 }
 
 std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const void* sbuf,
-                                    void* rbuf, std::size_t count, DataType type, int peer,
-                                    int tag) {
+                                    void* rbuf, std::size_t count, DataType type, int peer, int tag,
+                                    const std::shared_ptr<const GroupInfo>& group) {
   Rank& me = rank_state(r);
   me.cpu.store(sched_getcpu(), std::memory_order_relaxed);
   auto op = std::make_shared<P2POp>();
@@ -57,6 +51,8 @@ std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const vo
   op->owner = r;
   op->peer = peer;
   op->tag = tag;
+  op->gid = group ? group->id : 0;
+  op->group = group;
   op->sbuf = sbuf;
   op->rbuf = rbuf;
   op->count = count;
@@ -77,7 +73,8 @@ std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const vo
       return op;
     }
     // A send waits in its destination's queue for (r, tag); a recv in its own for (peer, tag).
-    Queues& q = is_send ? queues_locked(r, peer, tag) : queues_locked(peer, r, tag);
+    Queues& q =
+        is_send ? queues_locked(op->gid, r, peer, tag) : queues_locked(op->gid, peer, r, tag);
     auto& partners = is_send ? q.recvs : q.sends;
     if (partners.empty()) {
       (is_send ? q.sends : q.recvs).push_back(op);
@@ -111,6 +108,7 @@ void Engine::complete_p2p(int r, P2POp& op) {
     ev.peer = op.peer;
     ev.tag = op.tag;
     ev.bytes = op.bytes();
+    if (op.group) ev.group = op.group->name;
     trace(r, std::move(ev));
   }
 }

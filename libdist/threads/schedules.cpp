@@ -27,6 +27,10 @@ const char* coll_name(CollKind kind) {
       return "scatter";
     case CollKind::ReduceScatter:
       return "reduce_scatter";
+    case CollKind::NewGroup:
+      return "new_group";
+    case CollKind::Split:
+      return "split";
   }
   return "?";
 }
@@ -42,13 +46,13 @@ struct Msg {
 class Replay {
  public:
   Replay(const NetworkModel& net, std::vector<LinkState>& st,
-         std::vector<std::vector<MsgRecord>>& msgs)
-      : net_(net), st_(st), msgs_(msgs) {}
+         std::vector<std::vector<MsgRecord>>& msgs, const std::vector<int>& world)
+      : net_(net), st_(st), msgs_(msgs), world_(world) {}
 
   // The sender posts the message (send or isend): reserves its out-link.
   Msg post(int s, int d, std::uint64_t bytes) {
     const Transfer wire =
-        post_message(st_[s], net_.message_cost(s, d, static_cast<std::size_t>(bytes)));
+        post_message(st_[s], net_.message_cost(w(s), w(d), static_cast<std::size_t>(bytes)));
     msgs_[s].push_back({d, bytes, true});
     return {s, d, bytes, wire};
   }
@@ -73,6 +77,8 @@ class Replay {
   const NetworkModel& net_;
   std::vector<LinkState>& st_;
   std::vector<std::vector<MsgRecord>>& msgs_;
+  const std::vector<int>& world_;
+  int w(int r) const { return world_.empty() ? r : world_[static_cast<std::size_t>(r)]; }
 };
 
 int mod(int a, int p) { return ((a % p) + p) % p; }
@@ -96,9 +102,9 @@ void ring_step(Replay& rp, int p, BytesOf bytes_of, bool reduce) {
 
 void replay(CollKind kind, int p, int root, std::size_t count, std::size_t elem,
             const NetworkModel& net, std::vector<LinkState>& st,
-            std::vector<std::vector<MsgRecord>>& msgs) {
+            std::vector<std::vector<MsgRecord>>& msgs, const std::vector<int>& world) {
   msgs.assign(static_cast<std::size_t>(p), {});
-  Replay rp(net, st, msgs);
+  Replay rp(net, st, msgs, world);
   const std::uint64_t n = static_cast<std::uint64_t>(count) * elem;  // bytes of the buffer / block
   auto abs_rank = [&](int vr) { return mod(vr + root, p); };
   auto chunk_bytes = [&](int i) {
@@ -106,6 +112,8 @@ void replay(CollKind kind, int p, int root, std::size_t count, std::size_t elem,
   };
   switch (kind) {
     case CollKind::Barrier:
+    case CollKind::NewGroup:
+    case CollKind::Split:
       break;
     case CollKind::Broadcast:
       // Binomial tree, relative ranks vr = (r - root) mod p: in the round of `mask`

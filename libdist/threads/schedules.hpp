@@ -23,7 +23,9 @@ enum class CollKind {
   Gather,
   AllGather,
   Scatter,
-  ReduceScatter
+  ReduceScatter,
+  NewGroup,  // creating a group: no messages, no time
+  Split
 };
 const char* coll_name(CollKind kind);
 
@@ -38,9 +40,11 @@ struct MsgRecord {
 /// the collective's start time) and is updated in place; `msgs[r]` receives rank r's messages
 /// (cleared first). `count` is the collective's count (elements per rank for gather/all_gather/
 /// scatter/reduce_scatter, the buffer's elements otherwise); `elem` its element size in bytes.
+/// On a group, rank i of the schedule is world rank world[i] (the network model prices each
+/// message between world ranks); `world` empty means the world itself. msgs name schedule ranks.
 void replay(CollKind kind, int p, int root, std::size_t count, std::size_t elem,
             const NetworkModel& net, std::vector<LinkState>& state,
-            std::vector<std::vector<MsgRecord>>& msgs);
+            std::vector<std::vector<MsgRecord>>& msgs, const std::vector<int>& world = {});
 
 /// Ring chunking of `count` elements into p chunks: the first count % p chunks get one more.
 inline std::size_t chunk_len(std::size_t count, int p, int i) {

@@ -67,6 +67,7 @@ void Engine::write_trace() {
       if (ev.tag >= 0) args["tag"] = ev.tag;
       if (ev.bytes > 0 || ev.peer >= 0 || ev.is_coll) args["bytes"] = ev.bytes;
       if (ev.is_coll) args["collective_call"] = ev.seq;
+      if (!ev.group.empty()) args["group"] = ev.group;
       const std::string cat = !ev.track.empty() ? "device"
                               : ev.is_coll      ? "collective"
                               : ev.peer >= 0    ? "p2p"

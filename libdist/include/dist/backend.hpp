@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dist/dist.hpp"
 
@@ -26,25 +27,46 @@ class BackendImpl {
   virtual int size() const = 0;
 
   // count = elements of `type`.
-  virtual void send(const void* buf, std::size_t count, DataType type, int dst, int tag) = 0;
-  virtual void recv(void* buf, std::size_t count, DataType type, int src, int tag) = 0;
-  virtual Work isend(const void* buf, std::size_t count, DataType type, int dst, int tag) = 0;
-  virtual Work irecv(void* buf, std::size_t count, DataType type, int src, int tag) = 0;
+  virtual void send(const void* buf, std::size_t count, DataType type, int dst, int tag,
+                    const Group& group) = 0;
+  virtual void recv(void* buf, std::size_t count, DataType type, int src, int tag,
+                    const Group& group) = 0;
+  virtual Work isend(const void* buf, std::size_t count, DataType type, int dst, int tag,
+                     const Group& group) = 0;
+  virtual Work irecv(void* buf, std::size_t count, DataType type, int src, int tag,
+                     const Group& group) = 0;
   // Receives from any source (the semantics per backend are at dist::recv_any); returns the source.
-  virtual int recv_any(void* buf, std::size_t count, DataType type, int tag) = 0;
-  virtual Work irecv_any(void* buf, std::size_t count, DataType type, int tag) = 0;
-  virtual void barrier() = 0;
+  virtual int recv_any(void* buf, std::size_t count, DataType type, int tag,
+                       const Group& group) = 0;
+  virtual Work irecv_any(void* buf, std::size_t count, DataType type, int tag,
+                         const Group& group) = 0;
+  virtual void barrier(const Group& group) = 0;
 
-  virtual void broadcast(void* buf, std::size_t count, DataType type, int src) = 0;
-  virtual void reduce(void* buf, std::size_t count, DataType type, ReduceOp op, int dst) = 0;
-  virtual void all_reduce(void* buf, std::size_t count, DataType type, ReduceOp op) = 0;
-  virtual Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op) = 0;
+  virtual void broadcast(void* buf, std::size_t count, DataType type, int src,
+                         const Group& group) = 0;
+  virtual void reduce(void* buf, std::size_t count, DataType type, ReduceOp op, int dst,
+                      const Group& group) = 0;
+  virtual void all_reduce(void* buf, std::size_t count, DataType type, ReduceOp op,
+                          const Group& group) = 0;
+  virtual Work all_reduce_async(void* buf, std::size_t count, DataType type, ReduceOp op,
+                                const Group& group) = 0;
   // count = elements per rank (in.size() for gather/all_gather, out.size() for scatter/reduce_scatter).
-  virtual void gather(const void* in, void* out, std::size_t count, DataType type, int dst) = 0;
-  virtual void all_gather(const void* in, void* out, std::size_t count, DataType type) = 0;
-  virtual void scatter(const void* in, void* out, std::size_t count, DataType type, int src) = 0;
+  virtual void gather(const void* in, void* out, std::size_t count, DataType type, int dst,
+                      const Group& group) = 0;
+  virtual void all_gather(const void* in, void* out, std::size_t count, DataType type,
+                          const Group& group) = 0;
+  virtual void scatter(const void* in, void* out, std::size_t count, DataType type, int src,
+                       const Group& group) = 0;
   virtual void reduce_scatter(const void* in, void* out, std::size_t count, DataType type,
-                              ReduceOp op) = 0;
+                              ReduceOp op, const Group& group) = 0;
+
+  // Groups: `group` is never a non-member's (the free functions check); ranks are group ranks.
+  // Creating one is collective over the parent; a rank outside the new group gets a description
+  // with my_rank == -1.
+  virtual std::shared_ptr<const GroupInfo> new_group(const std::vector<int>& ranks,
+                                                     const std::string& name) = 0;
+  virtual std::shared_ptr<const GroupInfo> split(int color, int key, const Group& parent,
+                                                 const std::string& name) = 0;
 
   virtual Stats stats() = 0;
   virtual void reset_stats() = 0;

@@ -3,7 +3,8 @@
 // Names mirror torch.distributed; argument order and meaning mirror NCCL:
 //   * counts are elements, never bytes (a std::span carries its own count and type);
 //   * a collective given one buffer works in place;
-//   * `src`, `dst` and `root` are ranks in [0, world_size()).
+//   * `src`, `dst` and `root` are ranks in [0, world_size()), or, in a call given a Group, ranks
+//     of that group in [0, group.size()) (see "Process groups" below).
 // Buffers are std::span of float, double, int32_t or int64_t, so std::vector and contiguous
 // Eigen storage pass directly (see <dist/eigen.hpp> for a helper that turns a matrix into a span).
 //
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <stdexcept>
@@ -27,7 +29,8 @@
 
 namespace dist {
 
-/// Reduction operators. Avg is Sum followed by division by world_size (integer types: truncating).
+/// Reduction operators. Avg is Sum followed by division by the number of ranks taking part
+/// (world_size, or the group's size; integer types: truncating).
 enum class ReduceOp { Sum, Product, Min, Max, Avg };
 
 /// Which engine runs the ranks.
@@ -140,6 +143,84 @@ int world_size();
 const LaunchOptions& options();
 
 // ---------------------------------------------------------------------------------------------
+// Process groups (sub-communicators): torch.distributed's new_group, MPI_Comm_split and
+// ncclCommSplit. Every point-to-point call and built-in collective takes an optional Group as its
+// last argument; the default, Group{}, is the world. Inside a call on a group, ranks are group
+// ranks: `dst`, `src`, `root`, the source recv_any returns, and the order of gather/all_gather/
+// scatter/reduce_scatter blocks. Messages and collectives of different groups never match each
+// other (a send on group g matches only a recv on g). Stats and the simulated clock stay per
+// world rank: the per-peer counters are indexed by world rank whatever the group.
+//
+// Creating a group is itself collective over its parent: every rank of the parent calls it, in the
+// same order relative to the parent's other collectives; different arguments where they must agree
+// (new_group's list) are a MismatchError. A rank outside the new group gets a Group with
+// is_member() false; any call on it throws dist::Error. Creation charges nothing to the simulated
+// clock and counts no traffic (the threads backend; real backends pay their own setup).
+
+namespace detail {
+/// What a group is, shared by the copies of one Group on one rank (backends keep their native
+/// communicators, keyed by `id`).
+struct GroupInfo {
+  int id = 0;                   // unique among the groups of a launch on the threads backend
+  std::string name;             // shown in errors and on trace events
+  std::vector<int> ranks;       // world rank of each group rank, in group-rank order
+  std::vector<int> group_of;    // group rank of each world rank, -1 outside the group
+  int my_rank = -1;             // the calling rank's group rank, -1 when not a member
+  const void* owner = nullptr;  // the rank's backend that created it (one launch, one rank)
+};
+}  // namespace detail
+
+/// A set of ranks that communicate on their own. Copies are cheap and share one description.
+/// A Group is valid only on the rank, and inside the launch, that created it.
+class Group {
+ public:
+  /// The world (every rank, group ranks = world ranks).
+  Group() = default;
+  explicit Group(std::shared_ptr<const detail::GroupInfo> info) : info_(std::move(info)) {}
+
+  bool is_world() const { return !info_; }
+  /// Whether the calling rank belongs to the group (always true for the world).
+  bool is_member() const { return !info_ || info_->my_rank >= 0; }
+  /// The calling rank's rank in the group; -1 when it is not a member.
+  int rank() const;
+  /// The number of ranks in the group.
+  int size() const;
+  /// "world" or the name given at creation.
+  std::string name() const { return info_ ? info_->name : "world"; }
+  /// The world rank of group rank `group_rank` (dist::Error when out of range).
+  int world_rank(int group_rank) const;
+  /// The group rank of world rank `world_rank`, -1 when it is not a member.
+  int group_rank(int world_rank) const;
+  /// The world ranks of the group, in group-rank order.
+  std::vector<int> world_ranks() const;
+  const detail::GroupInfo* info() const { return info_.get(); }
+  const std::shared_ptr<const detail::GroupInfo>& shared_info() const { return info_; }
+
+ private:
+  std::shared_ptr<const detail::GroupInfo> info_;
+};
+
+/// The world as a Group (the same as Group{}).
+inline Group world() { return Group{}; }
+
+/// A group of the given world ranks, group rank i being ranks[i] (distinct, in [0, world_size())).
+/// Collective over the world: every rank calls it with the same list, members or not.
+/// `name` defaults to the list, e.g. "ranks{0,2}".
+Group new_group(std::span<const int> ranks, const std::string& name = "");
+Group new_group(std::initializer_list<int> ranks, const std::string& name = "");
+
+/// Passing this colour to split() leaves the rank out of every new group (MPI_UNDEFINED).
+inline constexpr int kNoColor = -1;
+/// Splits `parent` by colour: the parent ranks that pass the same colour (>= 0) form one group,
+/// ordered by key, ties by parent rank. Collective over the parent (every parent rank calls it).
+/// Each new group is named `name` + colour ("<parent name>.c" + colour by default).
+Group split(int color, int key, const Group& parent = Group{}, const std::string& name = "");
+
+/// The calling rank's rank in `group` (-1 when not a member) and the group's size.
+int rank(const Group& group);
+int world_size(const Group& group);
+
+// ---------------------------------------------------------------------------------------------
 // Asynchronous handles.
 
 namespace detail {
@@ -197,26 +278,27 @@ void wait_all(std::span<Work> works);
 //     real timing and may differ between runs.
 //   * NCCL: not supported (NCCL has no receive from any source): dist::Error.
 
-#define DIST_DECLARE_P2P(T)                                               \
-  void send(std::span<const T> buf, int dst, int tag = 0);                \
-  void recv(std::span<T> buf, int src, int tag = 0);                      \
-  [[nodiscard]] Work isend(std::span<const T> buf, int dst, int tag = 0); \
-  [[nodiscard]] Work irecv(std::span<T> buf, int src, int tag = 0);       \
-  int recv_any(std::span<T> buf, int tag = 0);                            \
-  [[nodiscard]] Work irecv_any(std::span<T> buf, int tag = 0);
+#define DIST_DECLARE_P2P(T)                                                                        \
+  void send(std::span<const T> buf, int dst, int tag = 0, const Group& group = {});                \
+  void recv(std::span<T> buf, int src, int tag = 0, const Group& group = {});                      \
+  [[nodiscard]] Work isend(std::span<const T> buf, int dst, int tag = 0, const Group& group = {}); \
+  [[nodiscard]] Work irecv(std::span<T> buf, int src, int tag = 0, const Group& group = {});       \
+  int recv_any(std::span<T> buf, int tag = 0, const Group& group = {});                            \
+  [[nodiscard]] Work irecv_any(std::span<T> buf, int tag = 0, const Group& group = {});
 DIST_DECLARE_P2P(float)
 DIST_DECLARE_P2P(double)
 DIST_DECLARE_P2P(std::int32_t)
 DIST_DECLARE_P2P(std::int64_t)
 #undef DIST_DECLARE_P2P
 
-/// Blocks until every rank has called barrier().
-void barrier();
+/// Blocks until every rank (of the group) has called barrier().
+void barrier(const Group& group = {});
 
 // ---------------------------------------------------------------------------------------------
 // Built-in collectives (the "library" ones; the exercises re-implement them from send/recv).
 // Each documents the algorithm whose traffic and simulated time it reports on the threads
-// backend (p = world_size, n = bytes of the buffer, alpha/beta/gamma from NetworkModel):
+// backend (p = the group's size, world_size() by default; n = bytes of the buffer; alpha/beta/gamma
+// from NetworkModel, between the world ranks that each message joins):
 //   broadcast       binomial tree            ceil(log2 p) rounds of (alpha + n beta)
 //   reduce          binomial tree            ceil(log2 p) rounds of (alpha + n beta + n gamma)
 //   all_reduce      ring: reduce-scatter + all-gather, 2(p-1) steps of (alpha + n/p beta)
@@ -227,19 +309,21 @@ void barrier();
 //   reduce_scatter  ring                     (p-1) steps of (alpha + n_out beta + n_out gamma)
 // See docs/fake_dist.md (section 5.1) for the exact per-rank message lists.
 
-#define DIST_DECLARE_COLLECTIVES(T)                                                        \
-  void broadcast(std::span<T> buf, int src);                                               \
-  void reduce(std::span<T> buf, int dst, ReduceOp op = ReduceOp::Sum);                     \
-  void all_reduce(std::span<T> buf, ReduceOp op = ReduceOp::Sum);                          \
-  [[nodiscard]] Work all_reduce_async(std::span<T> buf, ReduceOp op = ReduceOp::Sum);      \
-  /* out: world_size*in.size() elements on dst, ignored (may be empty) elsewhere */        \
-  void gather(std::span<const T> in, std::span<T> out, int dst);                           \
-  /* out: world_size*in.size() elements on every rank; rank r's in lands at r*in.size() */ \
-  void all_gather(std::span<const T> in, std::span<T> out);                                \
-  /* in: world_size*out.size() elements on src, ignored (may be empty) elsewhere */        \
-  void scatter(std::span<const T> in, std::span<T> out, int src);                          \
-  /* in: world_size*out.size() elements; rank r gets the reduction of chunk r */           \
-  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::Sum);
+#define DIST_DECLARE_COLLECTIVES(T)                                                             \
+  void broadcast(std::span<T> buf, int src, const Group& group = {});                           \
+  void reduce(std::span<T> buf, int dst, ReduceOp op = ReduceOp::Sum, const Group& group = {}); \
+  void all_reduce(std::span<T> buf, ReduceOp op = ReduceOp::Sum, const Group& group = {});      \
+  [[nodiscard]] Work all_reduce_async(std::span<T> buf, ReduceOp op = ReduceOp::Sum,            \
+                                      const Group& group = {});                                 \
+  /* out: size*in.size() elements on dst, ignored (may be empty) elsewhere */                   \
+  void gather(std::span<const T> in, std::span<T> out, int dst, const Group& group = {});       \
+  /* out: size*in.size() elements on every rank; rank r's in lands at r*in.size() */            \
+  void all_gather(std::span<const T> in, std::span<T> out, const Group& group = {});            \
+  /* in: size*out.size() elements on src, ignored (may be empty) elsewhere */                   \
+  void scatter(std::span<const T> in, std::span<T> out, int src, const Group& group = {});      \
+  /* in: size*out.size() elements; rank r gets the reduction of chunk r */                      \
+  void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::Sum,     \
+                      const Group& group = {});
 DIST_DECLARE_COLLECTIVES(float)
 DIST_DECLARE_COLLECTIVES(double)
 DIST_DECLARE_COLLECTIVES(std::int32_t)
