@@ -91,19 +91,6 @@ struct Access {
   std::uint64_t buffer = 0;
   bool write = false;
 };
-template <typename T>
-constexpr DataType data_type_of() {
-  if constexpr (std::is_same_v<T, float>)
-    return DataType::Float32;
-  else if constexpr (std::is_same_v<T, double>)
-    return DataType::Float64;
-  else if constexpr (std::is_same_v<T, std::int32_t>)
-    return DataType::Int32;
-  else {
-    static_assert(std::is_same_v<T, std::int64_t>, "float, double, int32_t or int64_t");
-    return DataType::Int64;
-  }
-}
 void all_reduce_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,
                    std::uint64_t buffer);
 Work all_reduce_async_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,
@@ -281,7 +268,8 @@ void set_current_stream(const Stream& s);
 /// other streams must wait on an event recorded after it before they touch `buf`.
 template <typename T>
 void all_reduce(DeviceBuffer<T>& buf, Stream& s, ReduceOp op = ReduceOp::Sum) {
-  detail::all_reduce_on(s.id(), buf.raw(), buf.size(), detail::data_type_of<T>(), op, buf.id());
+  detail::all_reduce_on(s.id(), buf.raw(), buf.size(), ::dist::detail::data_type_of<T>(), op,
+                        buf.id());
 }
 
 /// What dist::all_reduce_async is on a NCCL process group: all_reduce(buf, comm, op), then an
@@ -292,8 +280,8 @@ void all_reduce(DeviceBuffer<T>& buf, Stream& s, ReduceOp op = ReduceOp::Sum) {
 template <typename T>
 [[nodiscard]] Work all_reduce_async(DeviceBuffer<T>& buf, Stream& comm,
                                     ReduceOp op = ReduceOp::Sum) {
-  return detail::all_reduce_async_on(comm.id(), buf.raw(), buf.size(), detail::data_type_of<T>(),
-                                     op, buf.id());
+  return detail::all_reduce_async_on(comm.id(), buf.raw(), buf.size(),
+                                     ::dist::detail::data_type_of<T>(), op, buf.id());
 }
 
 }  // namespace dist::device

@@ -44,6 +44,23 @@ const char* to_string(Backend backend);
 const char* to_string(DataType type);
 std::size_t size_of(DataType type);
 
+namespace detail {
+/// The DataType of an element type the API takes (float, double, int32_t, int64_t).
+template <typename T>
+constexpr DataType data_type_of() {
+  if constexpr (std::is_same_v<T, float>)
+    return DataType::Float32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DataType::Float64;
+  else if constexpr (std::is_same_v<T, std::int32_t>)
+    return DataType::Int32;
+  else {
+    static_assert(std::is_same_v<T, std::int64_t>, "float, double, int32_t or int64_t");
+    return DataType::Int64;
+  }
+}
+}  // namespace detail
+
 /// The simulated network of the threads backend (Hockney / alpha-beta model, see sim_time()).
 /// Flat by default; with ranks_per_node > 0 it is two-level: ranks r and q share a node when
 /// r / ranks_per_node == q / ranks_per_node, and messages between nodes use the inter_node_* link.
