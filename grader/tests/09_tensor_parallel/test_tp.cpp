@@ -3,6 +3,8 @@
 // kit's containers) and the simulated time on a two-level network.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "tp_harness.hpp"
 
 namespace {
@@ -128,9 +130,19 @@ void block_case(int t, int hidden, mlp::Activation act) {
     const auto n = static_cast<Eigen::Index>(blk.hidden.size());
     blk.column.value = w1.middleRows(b, n);
     blk.row.value = w2.middleCols(b, n);
+    // Each hook looks at the gradients when it runs: its own written, the column's not yet when
+    // the row's hook runs (NaN until backward writes it).
     std::vector<std::string> order;
-    blk.column.add_hook([&](mlp::Parameter&) { order.push_back("column"); });
-    blk.row.add_hook([&](mlp::Parameter&) { order.push_back("row"); });
+    blk.column.add_hook([&](mlp::Parameter& p) {
+      order.push_back(p.grad.hasNaN() ? "column (gradient not written)" : "column");
+    });
+    blk.row.add_hook([&](mlp::Parameter& p) {
+      order.push_back(p.grad.hasNaN() ? "row (gradient not written)" : "row");
+      if (!blk.column.grad.hasNaN()) order.push_back("(column gradient already written)");
+    });
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    blk.column.grad = mlp::Matrix::Constant(n, in, nan);
+    blk.row.grad = mlp::Matrix::Constant(out, n, nan);
     const auto [fwd_bytes, fwd_msgs] = all_reduce_cost(static_cast<std::size_t>(y.size()), {});
     const auto [bwd_bytes, bwd_msgs] = all_reduce_cost(static_cast<std::size_t>(dx.size()), {});
     dist::reset_stats();
@@ -146,7 +158,8 @@ void block_case(int t, int hidden, mlp::Activation act) {
     expect_close(blk.column.grad, dw1.middleRows(b, n), "column weight gradient");
     expect_close(blk.dx, dx, "dx");
     EXPECT_EQ(order, (std::vector<std::string>{"row", "column"}))
-        << "each weight's hooks once, as soon as its gradient is written: row first";
+        << "each weight's hooks once, as soon as its gradient is written: row first, before the "
+           "column layer's backward";
     dist::reset_stats();
     tp::block_backward(blk, dy, false, dist::world());
     EXPECT_EQ(dist::stats().bytes_sent, 0u) << "backward without dx sends nothing";
