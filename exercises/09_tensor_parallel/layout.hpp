@@ -104,8 +104,8 @@ class ZeroOptimizer {
  public:
   /// Collective over nothing (no communication): every rank of the DP group builds one.
   /// stage must be 1 or 2 (else std::invalid_argument).
-  ZeroOptimizer(std::vector<mlp::Parameter*> params, const SgdConfig& config,
-                const dist::Group& dp, int stage);
+  ZeroOptimizer(std::vector<mlp::Parameter*> params, const SgdConfig& config, const dist::Group& dp,
+                int stage);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;

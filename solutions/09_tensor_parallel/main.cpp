@@ -87,11 +87,11 @@ int main(int argc, char** argv) {
                     net.ranks_per_node, net.latency_s * 1e6, net.bandwidth_Bps / 1e9,
                     net.inter_node_latency_s * 1e6, net.inter_node_bandwidth_Bps / 1e9);
     } else {
-      std::snprintf(links, sizeof links, "flat network: %.0f us + %.2f GB/s",
-                    net.latency_s * 1e6, net.bandwidth_Bps / 1e9);
+      std::snprintf(links, sizeof links, "flat network: %.0f us + %.2f GB/s", net.latency_s * 1e6,
+                    net.bandwidth_Bps / 1e9);
     }
-    std::printf("\nsimulated step (%s; compute at %.0f GFLOP/s per rank; %s):\n",
-                c.name().c_str(), gflops, links);
+    std::printf("\nsimulated step (%s; compute at %.0f GFLOP/s per rank; %s):\n", c.name().c_str(),
+                gflops, links);
     launch.trace_path = trace;
     std::vector<tp::StepMeasure> ranks(static_cast<std::size_t>(launch.world_size));
     std::mutex mu;

@@ -59,8 +59,8 @@ std::size_t ZeroOptimizer::padded(std::size_t n, int dp) {
 
 Range ZeroOptimizer::shard(std::size_t i) const {
   const int p = dist::world_size(dp_);
-  const std::size_t c = padded(static_cast<std::size_t>(params_[i]->numel()), p) /
-                        static_cast<std::size_t>(p);
+  const std::size_t c =
+      padded(static_cast<std::size_t>(params_[i]->numel()), p) / static_cast<std::size_t>(p);
   const auto d = static_cast<std::size_t>(dist::rank(dp_));
   return {d * c, (d + 1) * c};
 }
@@ -152,8 +152,8 @@ const Matrix& TpMLP::forward(const Matrix& x) {
   const Matrix* in = &x;
   for (std::size_t k = 0; k < blocks_.size(); ++k) {
     Block& b = blocks_[k];
-    if (flops_per_s_ > 0) dist::sim_compute(block_forward_flops(b, in->rows()) / flops_per_s_,
-                                            "forward");
+    if (flops_per_s_ > 0)
+      dist::sim_compute(block_forward_flops(b, in->rows()) / flops_per_s_, "forward");
     const Matrix& y = block_forward(b, *in, grid_.tp_group);
     if (k + 1 < blocks_.size()) {
       mlp::activation_forward(b.activation, y, h_[k]);
@@ -197,8 +197,8 @@ Trainer::Trainer(const TpConfig& config, const datasets::Split& data)
     : config_(config),
       data_(&data),
       loader_(data.train, config.model.batch_size, config.model.seed + 3),
-      model_(mlp::MLP(config.model, config.model.seed + 2),
-             make_grid(config.tp, config.dp), config.flops_per_s) {
+      model_(mlp::MLP(config.model, config.model.seed + 2), make_grid(config.tp, config.dp),
+             config.flops_per_s) {
   config_.validate(dist::world_size());
   if (config_.zero == 0) {
     sgd_ = std::make_unique<MomentumSGD>(model_.parameters(), config_.sgd());
@@ -212,8 +212,8 @@ float Trainer::step(std::int64_t t) {
   loader_.load(t, x_, y_);
   const Grid& g = model_.grid();
   const Range rows = shard_range(static_cast<std::size_t>(x_.rows()), g.dp, g.dp_rank);
-  xs_ = x_.middleRows(static_cast<Eigen::Index>(rows.begin),
-                      static_cast<Eigen::Index>(rows.size()));
+  xs_ =
+      x_.middleRows(static_cast<Eigen::Index>(rows.begin), static_cast<Eigen::Index>(rows.size()));
   ys_.assign(y_.begin() + static_cast<std::ptrdiff_t>(rows.begin),
              y_.begin() + static_cast<std::ptrdiff_t>(rows.end));
   const Matrix& logits = model_.forward(xs_);
@@ -359,8 +359,8 @@ std::string format_table(const std::vector<TableRow>& rows) {
   std::ostringstream os;
   char line[256];
   std::snprintf(line, sizeof line, "%-7s %-7s %5s | %9s | %10s %10s %10s | %9s %9s %9s %9s\n",
-                "config", "tp x dp", "zero", "step ms", "sent KiB", "in TP", "in DP",
-                "weights", "grads", "opt state", "scratch");
+                "config", "tp x dp", "zero", "step ms", "sent KiB", "in TP", "in DP", "weights",
+                "grads", "opt state", "scratch");
   os << line;
   for (const TableRow& r : rows) {
     const StepMeasure& m = r.max;

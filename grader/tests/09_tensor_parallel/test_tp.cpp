@@ -231,8 +231,8 @@ void tp_traffic(int t, int d, int hidden) {
     const auto B = static_cast<std::size_t>(x.rows());
     std::uint64_t fwd_bytes = 0, fwd_msgs = 0, bwd_bytes = 0, bwd_msgs = 0;
     for (int k = 0; k < c.n_layers / 2; ++k) {
-      const auto [fb, fm] = all_reduce_cost(B * static_cast<std::size_t>(c.layer_out(2 * k + 1)),
-                                            g.tp_group);
+      const auto [fb, fm] =
+          all_reduce_cost(B * static_cast<std::size_t>(c.layer_out(2 * k + 1)), g.tp_group);
       fwd_bytes += fb;
       fwd_msgs += fm;
       if (k > 0) {
@@ -287,9 +287,9 @@ StepTraffic step_traffic(const tp::TpConfig& c, int rank_to_report) {
     std::uint64_t expected = 0;
     for (const mlp::Parameter* p : trainer.model().parameters()) {
       const auto n = static_cast<std::size_t>(p->numel());
-      expected += all_reduce_cost(c.zero ? tp::ZeroOptimizer::padded(n, c.dp) : n,
-                                  trainer.grid().dp_group)
-                      .first;
+      expected +=
+          all_reduce_cost(c.zero ? tp::ZeroOptimizer::padded(n, c.dp) : n, trainer.grid().dp_group)
+              .first;
     }
     dist::barrier();
     dist::reset_stats();
@@ -338,8 +338,7 @@ TEST(Traffic, ZeroMovesTheBytesOfAnAllReduce) {
 // ---- memory (the kit's containers) --------------------------------------------------------------
 
 struct ZeroMemory {
-  std::int64_t state = 0, gradients = 0, unsharded_state = 0, expected_state = 0,
-               full_grads = 0;
+  std::int64_t state = 0, gradients = 0, unsharded_state = 0, expected_state = 0, full_grads = 0;
   std::size_t params = 0;
 };
 
@@ -401,7 +400,8 @@ TEST(Memory, ZeroStage2ShardsTheGradients) {
 
 /// Simulated seconds of the model's forward with free compute, from a barrier, on rank 0, with the
 /// TP groups inside the nodes (make_grid) or across them (built here by the test).
-double forward_time(int t, int d, bool inside, const mlp::Config& c, const dist::NetworkModel& net) {
+double forward_time(int t, int d, bool inside, const mlp::Config& c,
+                    const dist::NetworkModel& net) {
   const datasets::Split& data = data_for(c);
   double out = 0;
   dist::LaunchOptions o = test_options(t * d);

@@ -116,7 +116,7 @@ inline std::vector<std::vector<mlp::Matrix>> oracle(const mlp::Config& c, float 
 struct RankRun {
   bool ran = false;
   int tp_rank = 0, dp_rank = 0;
-  std::vector<tp::Range> hidden;                // per block
+  std::vector<tp::Range> hidden;                 // per block
   std::vector<std::vector<mlp::Matrix>> shards;  // shards[t][2k] column, [2k+1] row of block k
   std::vector<float> losses;
 };
