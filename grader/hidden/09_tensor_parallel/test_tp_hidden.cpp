@@ -23,6 +23,7 @@ TEST(HiddenValues, ZeroManyReplicas) {
   expect_values(grid_config(tiny_config(7, 4, 12), 1, 3, 1));
   expect_values(grid_config(tiny_config(9, 4, 16), 1, 4, 2));
   expect_values(grid_config(tiny_config(9, 4, 12, mlp::Activation::ReLU), 2, 3, 2));
+  expect_values(grid_config(tiny_config(10, 4, 16), 4, 2, 1));
 }
 
 /// Every rank's bytes of one step after a warm-up, split by destination, against the built-in
