@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <unistd.h>
@@ -344,8 +345,15 @@ TEST(Groups, TraceNamesTheGroup) {
   ASSERT_TRUE(f) << path;
   const auto doc = nlohmann::json::parse(f);
   int coll = 0, p2p = 0;
+  std::map<int, std::string> track_name;  // a track per (rank, group): "rank R group NAME"
+  for (const auto& ev : doc["traceEvents"]) {
+    if (ev.value("ph", "") == "M" && ev.value("name", "") == "thread_name")
+      track_name[ev["tid"].get<int>()] = ev["args"]["name"].get<std::string>();
+  }
   for (const auto& ev : doc["traceEvents"]) {
     if (ev.value("ph", "") != "X") continue;
+    const std::string track = track_name[ev["tid"].get<int>()];
+    EXPECT_TRUE(track == "rank 0 group tp" || track == "rank 1 group tp") << track;
     ASSERT_TRUE(ev["args"].contains("group")) << ev.dump();
     EXPECT_EQ(ev["args"]["group"], "tp");
     if (ev.value("cat", "") == "collective") {

@@ -39,21 +39,24 @@ void Engine::write_trace() {
                       {"tid", r},
                       {"args", {{"sort_index", r * kTracksPerRank}}}});
     if (abandoned_ && !thread_done_[static_cast<std::size_t>(r)]) continue;
-    // The streams of the rank's device: one track each, right under the rank's own.
+    // The streams of the rank's device, and the process groups the rank calls (other than the
+    // world): one track each, right under the rank's own, named "rank R stream S" and
+    // "rank R group NAME".
     std::map<std::string, int> stream_tid;
     for (const TraceEvent& ev : rank_state(r).trace) {
       int tid = r;
-      if (!ev.track.empty()) {
-        auto [it, added] = stream_tid.try_emplace(ev.track, 0);
+      const bool on_group = ev.track.empty() && !ev.group.empty() && ev.group != "world";
+      if (!ev.track.empty() || on_group) {
+        const std::string key = on_group ? "group " + ev.group : "stream " + ev.track;
+        auto [it, added] = stream_tid.try_emplace(key, 0);
         if (added) {
           const int k = static_cast<int>(stream_tid.size());  // 1, 2, ...
           it->second = p_ + r * kTracksPerRank + k;
-          events.push_back(
-              {{"name", "thread_name"},
-               {"ph", "M"},
-               {"pid", 0},
-               {"tid", it->second},
-               {"args", {{"name", "rank " + std::to_string(r) + " stream " + ev.track}}}});
+          events.push_back({{"name", "thread_name"},
+                            {"ph", "M"},
+                            {"pid", 0},
+                            {"tid", it->second},
+                            {"args", {{"name", "rank " + std::to_string(r) + " " + key}}}});
           events.push_back({{"name", "thread_sort_index"},
                             {"ph", "M"},
                             {"pid", 0},

@@ -1,0 +1,160 @@
+// Hidden variants of test_tp.cpp: other grid shapes (world sizes 6 and 8), ReLU, a deeper model,
+// hidden sizes that no TP size divides, ZeRO over 3 and 4 replicas, and the time on nodes of 4.
+#include <gtest/gtest.h>
+
+#include "tp_harness.hpp"
+
+namespace {
+
+using namespace tptest;
+using distlab::testing::run_ranks;
+using distlab::testing::test_options;
+
+TEST(HiddenValues, ThreeByTwoRelu) {
+  expect_values(grid_config(tiny_config(9, 4, 12, mlp::Activation::ReLU), 3, 2, 0));
+}
+
+TEST(HiddenValues, UnevenShardsDeeperModel) {
+  expect_values(grid_config(tiny_config(11, 6, 16), 4, 1, 0));
+  expect_values(grid_config(tiny_config(7, 6, 16), 2, 2, 0));
+}
+
+TEST(HiddenValues, ZeroManyReplicas) {
+  expect_values(grid_config(tiny_config(7, 4, 12), 1, 3, 1));
+  expect_values(grid_config(tiny_config(9, 4, 16), 1, 4, 2));
+  expect_values(grid_config(tiny_config(9, 4, 12, mlp::Activation::ReLU), 2, 3, 2));
+  expect_values(grid_config(tiny_config(10, 4, 16), 4, 2, 1));
+}
+
+/// Every rank's bytes of one step after a warm-up, split by destination, against the built-in
+/// all-reduces: forward and backward inside the TP group, gradients inside the DP group.
+void step_traffic(const tp::TpConfig& c) {
+  SCOPED_TRACE(config_name(c));
+  run_ranks(test_options(c.tp * c.dp), [&] {
+    tp::Trainer trainer(c, data_for(c.model));
+    trainer.step(0);
+    const tp::Grid& g = trainer.grid();
+    const auto B = static_cast<std::size_t>(c.model.batch_size / c.dp);
+    std::uint64_t tp_expected = 0, dp_expected = 0;
+    for (int k = 0; k < c.model.n_layers / 2; ++k) {
+      tp_expected +=
+          all_reduce_cost(B * static_cast<std::size_t>(c.model.layer_out(2 * k + 1)), g.tp_group)
+              .first;
+      if (k > 0) {
+        tp_expected +=
+            all_reduce_cost(B * static_cast<std::size_t>(c.model.layer_in(2 * k)), g.tp_group)
+                .first;
+      }
+    }
+    for (const mlp::Parameter* p : trainer.model().parameters()) {
+      const auto n = static_cast<std::size_t>(p->numel());
+      dp_expected +=
+          all_reduce_cost(c.zero ? tp::ZeroOptimizer::padded(n, c.dp) : n, g.dp_group).first;
+    }
+    dist::barrier();
+    dist::reset_stats();
+    trainer.step(1);
+    const dist::Stats s = dist::stats();
+    std::uint64_t to_tp = 0, to_dp = 0, other = 0;
+    for (int q = 0; q < dist::world_size(); ++q) {
+      const std::uint64_t b = s.bytes_sent_to[static_cast<std::size_t>(q)];
+      if (g.tp_group.group_rank(q) >= 0) {
+        to_tp += b;
+      } else if (g.dp_group.group_rank(q) >= 0) {
+        to_dp += b;
+      } else {
+        other += b;
+      }
+    }
+    EXPECT_EQ(other, 0u) << "rank " << dist::rank();
+    EXPECT_EQ(to_tp, tp_expected) << "rank " << dist::rank() << ": TP group bytes";
+    EXPECT_EQ(to_dp, dp_expected) << "rank " << dist::rank() << ": DP group bytes";
+  });
+}
+
+TEST(HiddenTraffic, FourByTwo) { step_traffic(grid_config(tiny_config(10, 4, 16), 4, 2, 0)); }
+TEST(HiddenTraffic, ZeroOverThreeReplicas) {
+  step_traffic(grid_config(tiny_config(10, 4, 12), 2, 3, 1));
+  step_traffic(grid_config(tiny_config(10, 4, 12), 1, 3, 2));
+}
+
+TEST(HiddenMemory, ShardsOverThreeAndFourReplicas) {
+  for (auto [t, d, zero] :
+       std::vector<std::tuple<int, int, int>>{{1, 3, 1}, {2, 3, 2}, {1, 4, 2}, {2, 2, 2}}) {
+    const tp::TpConfig c = grid_config(tiny_config(11, 4, 12 * 4), t, d, zero);
+    SCOPED_TRACE(config_name(c));
+    run_ranks(test_options(t * d), [&, d = d, zero = zero] {
+      tp::Trainer trainer(c, data_for(c.model));
+      trainer.step(0);
+      trainer.step(1);
+      std::int64_t full = 0, chunks = 0, params = 0;
+      for (const std::size_t n : shard_sizes(trainer.model())) {
+        full += static_cast<std::int64_t>(n * sizeof(float));
+        chunks += static_cast<std::int64_t>(tp::ZeroOptimizer::padded(n, d) / d * sizeof(float));
+        ++params;
+      }
+      const tp::Memory m = trainer.memory();
+      EXPECT_EQ(m.optimizer_state, chunks) << "rank " << dist::rank();
+      EXPECT_LE(m.optimizer_state * d, full + params * (d - 1) * 4) << "rank " << dist::rank();
+      EXPECT_EQ(m.gradients, zero == 2 ? chunks : full + chunks) << "rank " << dist::rank();
+      // The velocity chunk is what the update used: zero in the padding.
+      const auto& v = trainer.zero()->velocity();
+      const auto params_list = trainer.model().parameters();
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const tp::Range mine = trainer.zero()->shard(i);
+        const auto n = static_cast<std::size_t>(params_list[i]->numel());
+        for (std::size_t k = 0; k < v[i].size(); ++k) {
+          if (mine.begin + k >= n) {
+            EXPECT_EQ(v[i][k], 0.0f) << "padding velocity of parameter " << i;
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(HiddenSimulatedTime, NodesOfFour) {
+  // 8 ranks, nodes of 4: TP pairs inside a node (make_grid) vs pairs across nodes (r, r + 4).
+  const mlp::Config c = tiny_config(8, 4, 16);
+  const dist::NetworkModel net = dist::NetworkModel::two_level(4);
+  double inside = 0, across = 0;
+  for (bool in : {true, false}) {
+    dist::LaunchOptions o = test_options(8);
+    o.network = net;
+    const datasets::Split& data = data_for(c);
+    run_ranks(o, [&] {
+      tp::Grid g = tp::make_grid(2, 4);
+      if (!in) {
+        const int r = dist::rank();
+        g.tp_group = dist::split(r % 4, r / 4, dist::world(), "tp_across");
+        g.tp_rank = g.tp_group.rank();
+      }
+      tp::TpMLP model(mlp::MLP(c, c.seed + 2), g);
+      mlp::Matrix x, probs, dl;
+      mlp::Labels y;
+      datasets::BatchLoader(data.train, c.batch_size, c.seed + 3).load(0, x, y);
+      mlp::softmax_cross_entropy_forward(model.forward(x), y, probs);
+      mlp::softmax_cross_entropy_backward(probs, y, dl);
+      dist::barrier();
+      const double t0 = dist::sim_time();
+      model.forward(x);
+      model.backward(dl);
+      if (dist::rank() == 0) (in ? inside : across) = dist::sim_time() - t0;
+    });
+  }
+  auto ring = [](std::size_t n, double a, double bw) {
+    return 2.0 * (a + static_cast<double>(n * 4) / 2 / bw);
+  };
+  // Forward: B x 8 and B x 6; backward: B x 8 (the second block's input).
+  const std::size_t sizes[3] = {16 * 8, 16 * 6, 16 * 8};
+  double want_in = 0, want_across = 0;
+  for (std::size_t n : sizes) {
+    want_in += ring(n, net.latency_s, net.bandwidth_Bps);
+    want_across += ring(n, net.inter_node_latency_s, net.inter_node_bandwidth_Bps);
+  }
+  EXPECT_NEAR(inside, want_in, 1e-12 + 1e-9 * want_in);
+  EXPECT_NEAR(across, want_across, 1e-12 + 1e-9 * want_across);
+  EXPECT_LT(inside, across);
+}
+
+}  // namespace

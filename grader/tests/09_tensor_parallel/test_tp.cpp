@@ -1,0 +1,453 @@
+// Public tests of 09_tensor_parallel: the layers against 05's full layers, the grid, training
+// against single-process training, the traffic of each collective, ZeRO's memory (read from the
+// kit's containers) and the simulated time on a two-level network.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "tp_harness.hpp"
+
+namespace {
+
+using namespace tptest;
+using distlab::testing::run_ranks;
+using distlab::testing::test_options;
+
+// ---- layers -------------------------------------------------------------------------------------
+
+/// A deterministic matrix with entries in [-1, 1].
+mlp::Matrix filled(Eigen::Index rows, Eigen::Index cols, int salt) {
+  mlp::Matrix m(rows, cols);
+  for (Eigen::Index i = 0; i < m.size(); ++i) {
+    m.data()[i] = static_cast<float>(((i * 37 + salt * 101) % 199) - 99) / 99.0f;
+  }
+  return m;
+}
+
+void expect_close(const mlp::Matrix& got, const mlp::Matrix& want, const std::string& what) {
+  ASSERT_EQ(got.rows(), want.rows()) << what;
+  ASSERT_EQ(got.cols(), want.cols()) << what;
+  for (Eigen::Index i = 0; i < want.size(); ++i) {
+    const double w = want.data()[i], g = got.data()[i];
+    ASSERT_LE(std::abs(g - w), 1e-5 + 1e-5 * std::abs(w))
+        << what << ": element " << i << " is " << g << ", expected " << w;
+  }
+}
+
+struct LayerCase {
+  int tp, batch, in, out;
+};
+
+class ColumnParallel : public ::testing::TestWithParam<LayerCase> {};
+class RowParallel : public ::testing::TestWithParam<LayerCase> {};
+
+TEST_P(ColumnParallel, MatchesTheFullLayer) {
+  const LayerCase lc = GetParam();
+  const mlp::Matrix x = filled(lc.batch, lc.in, 1), w = filled(lc.out, lc.in, 2);
+  const mlp::Matrix dy = filled(lc.batch, lc.out, 3);
+  mlp::Matrix y, dw, dx;
+  mlp::linear_forward(x, w, y);
+  mlp::linear_backward_weight(x, dy, dw);
+  mlp::linear_backward_input(w, dy, dx);
+  run_ranks(test_options(lc.tp), [&] {
+    const tp::Range r = tp::shard_range(static_cast<std::size_t>(lc.out), lc.tp, dist::rank());
+    const auto b = static_cast<Eigen::Index>(r.begin), n = static_cast<Eigen::Index>(r.size());
+    const mlp::Matrix ws = w.middleRows(b, n), dys = dy.middleCols(b, n);
+    mlp::Matrix ys, dws, dxs;
+    dist::reset_stats();
+    tp::column_parallel_forward(x, ws, ys);
+    EXPECT_EQ(dist::stats().bytes_sent, 0u) << "the column-parallel forward sends nothing";
+    expect_close(ys, y.middleCols(b, n), "y (this rank's output features)");
+    tp::column_parallel_backward(x, ws, dys, dws, &dxs, dist::world());
+    expect_close(dws, dw.middleRows(b, n), "dw (this rank's rows)");
+    expect_close(dxs, dx, "dx (summed over the TP group)");
+    const auto [bytes, messages] = all_reduce_cost(static_cast<std::size_t>(dx.size()), {});
+    dist::reset_stats();
+    tp::column_parallel_backward(x, ws, dys, dws, &dxs, dist::world());
+    EXPECT_EQ(dist::stats().bytes_sent, bytes) << "one all-reduce of dx (B x in)";
+    EXPECT_EQ(dist::stats().messages_sent, messages) << "one all-reduce of dx (B x in)";
+    dist::reset_stats();
+    tp::column_parallel_backward(x, ws, dys, dws, nullptr, dist::world());
+    EXPECT_EQ(dist::stats().bytes_sent, 0u) << "without dx nothing is sent";
+    expect_close(dws, dw.middleRows(b, n), "dw without dx");
+  });
+}
+
+TEST_P(RowParallel, MatchesTheFullLayer) {
+  const LayerCase lc = GetParam();
+  const mlp::Matrix x = filled(lc.batch, lc.in, 4), w = filled(lc.out, lc.in, 5);
+  const mlp::Matrix dy = filled(lc.batch, lc.out, 6);
+  mlp::Matrix y, dw, dx;
+  mlp::linear_forward(x, w, y);
+  mlp::linear_backward_weight(x, dy, dw);
+  mlp::linear_backward_input(w, dy, dx);
+  run_ranks(test_options(lc.tp), [&] {
+    const tp::Range r = tp::shard_range(static_cast<std::size_t>(lc.in), lc.tp, dist::rank());
+    const auto b = static_cast<Eigen::Index>(r.begin), n = static_cast<Eigen::Index>(r.size());
+    const mlp::Matrix xs = x.middleCols(b, n), ws = w.middleCols(b, n);
+    mlp::Matrix ys, dws, dxs;
+    const auto [bytes, messages] = all_reduce_cost(static_cast<std::size_t>(y.size()), {});
+    dist::reset_stats();
+    tp::row_parallel_forward(xs, ws, ys, dist::world());
+    EXPECT_EQ(dist::stats().bytes_sent, bytes) << "one all-reduce of y (B x out)";
+    EXPECT_EQ(dist::stats().messages_sent, messages) << "one all-reduce of y (B x out)";
+    expect_close(ys, y, "y (summed over the TP group)");
+    dist::reset_stats();
+    tp::row_parallel_backward(xs, ws, dy, dws, dxs);
+    EXPECT_EQ(dist::stats().bytes_sent, 0u) << "the row-parallel backward sends nothing";
+    expect_close(dws, dw.middleCols(b, n), "dw (this rank's columns)");
+    expect_close(dxs, dx.middleCols(b, n), "dx (this rank's features)");
+  });
+}
+
+// Output (column) and input (row) sizes that the TP size divides and does not.
+INSTANTIATE_TEST_SUITE_P(Sizes, ColumnParallel,
+                         ::testing::Values(LayerCase{1, 5, 7, 6}, LayerCase{2, 5, 7, 6},
+                                           LayerCase{2, 4, 6, 9}, LayerCase{4, 3, 5, 10}));
+INSTANTIATE_TEST_SUITE_P(Sizes, RowParallel,
+                         ::testing::Values(LayerCase{1, 5, 6, 7}, LayerCase{2, 5, 6, 7},
+                                           LayerCase{2, 4, 9, 6}, LayerCase{4, 3, 10, 5}));
+
+/// The block against 05's two full layers and the activation between them.
+void block_case(int t, int hidden, mlp::Activation act) {
+  const int batch = 6, in = 5, out = 4;
+  const mlp::Matrix x = filled(batch, in, 7), w1 = filled(hidden, in, 8),
+                    w2 = filled(out, hidden, 9), dy = filled(batch, out, 10);
+  mlp::Matrix z, a, y, dw2, da, dz, dw1, dx;
+  mlp::linear_forward(x, w1, z);
+  mlp::activation_forward(act, z, a);
+  mlp::linear_forward(a, w2, y);
+  mlp::linear_backward_weight(a, dy, dw2);
+  mlp::linear_backward_input(w2, dy, da);
+  mlp::activation_backward(act, z, a, da, dz);
+  mlp::linear_backward_weight(x, dz, dw1);
+  mlp::linear_backward_input(w1, dz, dx);
+  run_ranks(test_options(t), [&] {
+    tp::Block blk;
+    blk.activation = act;
+    blk.hidden = tp::shard_range(static_cast<std::size_t>(hidden), t, dist::rank());
+    const auto b = static_cast<Eigen::Index>(blk.hidden.begin);
+    const auto n = static_cast<Eigen::Index>(blk.hidden.size());
+    blk.column.value = w1.middleRows(b, n);
+    blk.row.value = w2.middleCols(b, n);
+    // Each hook looks at the gradients when it runs: its own written, the column's not yet when
+    // the row's hook runs (NaN until backward writes it).
+    std::vector<std::string> order;
+    blk.column.add_hook([&](mlp::Parameter& p) {
+      order.push_back(p.grad.hasNaN() ? "column (gradient not written)" : "column");
+    });
+    blk.row.add_hook([&](mlp::Parameter& p) {
+      order.push_back(p.grad.hasNaN() ? "row (gradient not written)" : "row");
+      if (!blk.column.grad.hasNaN()) order.push_back("(column gradient already written)");
+    });
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    blk.column.grad = mlp::Matrix::Constant(n, in, nan);
+    blk.row.grad = mlp::Matrix::Constant(out, n, nan);
+    const auto [fwd_bytes, fwd_msgs] = all_reduce_cost(static_cast<std::size_t>(y.size()), {});
+    const auto [bwd_bytes, bwd_msgs] = all_reduce_cost(static_cast<std::size_t>(dx.size()), {});
+    dist::reset_stats();
+    const mlp::Matrix& got = tp::block_forward(blk, x, dist::world());
+    EXPECT_EQ(dist::stats().bytes_sent, fwd_bytes) << "forward: one all-reduce of B x out";
+    EXPECT_EQ(dist::stats().messages_sent, fwd_msgs) << "forward: one all-reduce of B x out";
+    expect_close(got, y, "block output");
+    dist::reset_stats();
+    tp::block_backward(blk, dy, true, dist::world());
+    EXPECT_EQ(dist::stats().bytes_sent, bwd_bytes) << "backward: one all-reduce of B x in";
+    EXPECT_EQ(dist::stats().messages_sent, bwd_msgs) << "backward: one all-reduce of B x in";
+    expect_close(blk.row.grad, dw2.middleCols(b, n), "row weight gradient");
+    expect_close(blk.column.grad, dw1.middleRows(b, n), "column weight gradient");
+    expect_close(blk.dx, dx, "dx");
+    EXPECT_EQ(order, (std::vector<std::string>{"row", "column"}))
+        << "each weight's hooks once, as soon as its gradient is written: row first, before the "
+           "column layer's backward";
+    dist::reset_stats();
+    tp::block_backward(blk, dy, false, dist::world());
+    EXPECT_EQ(dist::stats().bytes_sent, 0u) << "backward without dx sends nothing";
+    expect_close(blk.column.grad, dw1.middleRows(b, n), "column weight gradient without dx");
+  });
+}
+
+TEST(Block, ForwardBackwardTanh) {
+  for (int t : {1, 2, 3}) block_case(t, 8, mlp::Activation::Tanh);
+}
+TEST(Block, ForwardBackwardReluUneven) {
+  for (int t : {2, 4}) block_case(t, 7, mlp::Activation::ReLU);
+}
+
+// ---- the grid -----------------------------------------------------------------------------------
+
+TEST(Grid, TpGroupsAreConsecutiveRanksDpGroupsTheColumns) {
+  for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 4}, {2, 2}, {4, 1}, {2, 3}, {3, 2}}) {
+    SCOPED_TRACE("tp " + std::to_string(t) + " x dp " + std::to_string(d));
+    run_ranks(test_options(t * d), [&, t = t, d = d] {
+      const tp::Grid g = tp::make_grid(t, d);
+      const int r = dist::rank();
+      EXPECT_EQ(g.tp, t);
+      EXPECT_EQ(g.dp, d);
+      EXPECT_EQ(g.tp_rank, r % t);
+      EXPECT_EQ(g.dp_rank, r / t);
+      EXPECT_EQ(g.tp_group.world_ranks(), expected_tp_ranks(t, d, r));
+      EXPECT_EQ(g.dp_group.world_ranks(), expected_dp_ranks(t, d, r));
+      EXPECT_EQ(g.tp_group.rank(), r % t);
+      EXPECT_EQ(g.dp_group.rank(), r / t);
+    });
+  }
+}
+
+// ---- values -------------------------------------------------------------------------------------
+
+TEST(Values, TensorParallel) {
+  for (int t : {1, 2, 4}) expect_values(grid_config(tiny_config(8), t, 1, 0));
+}
+TEST(Values, DataParallel) { expect_values(grid_config(tiny_config(8), 1, 2, 0)); }
+TEST(Values, TensorTimesData) { expect_values(grid_config(tiny_config(8), 2, 2, 0)); }
+TEST(Values, HiddenNotDivisibleByTp) {
+  expect_values(grid_config(tiny_config(10), 4, 1, 0));
+  expect_values(grid_config(tiny_config(10), 3, 1, 0));
+}
+TEST(Values, ZeroStage1) {
+  expect_values(grid_config(tiny_config(8), 1, 2, 1));
+  expect_values(grid_config(tiny_config(10), 2, 2, 1));
+}
+TEST(Values, ZeroStage2) {
+  expect_values(grid_config(tiny_config(8), 1, 2, 2));
+  expect_values(grid_config(tiny_config(10), 2, 2, 2));
+}
+
+// ---- traffic ------------------------------------------------------------------------------------
+
+/// Forward and backward of the model on one batch: per direction, exactly the bytes and messages
+/// of one built-in all-reduce of B x out (forward) / B x in (backward, not the first block) per
+/// block on the TP group, and nothing to any rank outside the TP group.
+void tp_traffic(int t, int d, int hidden) {
+  const mlp::Config c = tiny_config(hidden, 6);
+  const datasets::Split& data = data_for(c);
+  run_ranks(test_options(t * d), [&] {
+    const tp::Grid g = tp::make_grid(t, d);
+    tp::TpMLP model(mlp::MLP(c, c.seed + 2), g);
+    mlp::Matrix x, probs, dlogits;
+    mlp::Labels y;
+    datasets::BatchLoader(data.train, c.batch_size, c.seed + 3).load(0, x, y);
+    const auto B = static_cast<std::size_t>(x.rows());
+    std::uint64_t fwd_bytes = 0, fwd_msgs = 0, bwd_bytes = 0, bwd_msgs = 0;
+    for (int k = 0; k < c.n_layers / 2; ++k) {
+      const auto [fb, fm] =
+          all_reduce_cost(B * static_cast<std::size_t>(c.layer_out(2 * k + 1)), g.tp_group);
+      fwd_bytes += fb;
+      fwd_msgs += fm;
+      if (k > 0) {
+        const auto [bb, bm] =
+            all_reduce_cost(B * static_cast<std::size_t>(c.layer_in(2 * k)), g.tp_group);
+        bwd_bytes += bb;
+        bwd_msgs += bm;
+      }
+    }
+    dist::reset_stats();
+    mlp::softmax_cross_entropy_forward(model.forward(x), y, probs);
+    dist::Stats s = dist::stats();
+    EXPECT_EQ(s.builtin_collectives, static_cast<std::uint64_t>(c.n_layers / 2))
+        << "forward: one all-reduce per block";
+    EXPECT_EQ(s.bytes_sent, fwd_bytes) << "forward: one all-reduce of B x out per block";
+    EXPECT_EQ(s.messages_sent, fwd_msgs) << "forward: one all-reduce of B x out per block";
+    for (int q = 0; q < dist::world_size(); ++q) {
+      if (g.tp_group.group_rank(q) < 0) {
+        EXPECT_EQ(s.bytes_sent_to[static_cast<std::size_t>(q)], 0u)
+            << "forward sent to rank " << q << ", outside the TP group";
+      }
+    }
+    mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+    dist::reset_stats();
+    model.backward(dlogits);
+    s = dist::stats();
+    EXPECT_EQ(s.builtin_collectives, static_cast<std::uint64_t>(c.n_layers / 2 - 1))
+        << "backward: one all-reduce per block but the first";
+    EXPECT_EQ(s.bytes_sent, bwd_bytes) << "backward: one all-reduce of B x in per block";
+    EXPECT_EQ(s.messages_sent, bwd_msgs) << "backward: one all-reduce of B x in per block";
+  });
+}
+
+TEST(Traffic, OneAllReducePerBlockPerDirection) {
+  tp_traffic(2, 1, 8);
+  tp_traffic(4, 1, 10);
+}
+TEST(Traffic, NothingAcrossTpGroupsInForward) { tp_traffic(2, 2, 8); }
+
+/// One training step's traffic after a warm-up step, split by destination.
+struct StepTraffic {
+  std::uint64_t tp = 0, dp = 0, other = 0, collectives = 0;
+  std::uint64_t dp_expected = 0;  // the built-in all-reduce of every (padded) parameter on dp
+};
+
+StepTraffic step_traffic(const tp::TpConfig& c, int rank_to_report) {
+  StepTraffic out;
+  std::mutex mu;
+  run_ranks(test_options(c.tp * c.dp), [&] {
+    tp::Trainer trainer(c, data_for(c.model));
+    trainer.step(0);
+    std::uint64_t expected = 0;
+    for (const mlp::Parameter* p : trainer.model().parameters()) {
+      const auto n = static_cast<std::size_t>(p->numel());
+      expected +=
+          all_reduce_cost(c.zero ? tp::ZeroOptimizer::padded(n, c.dp) : n, trainer.grid().dp_group)
+              .first;
+    }
+    dist::barrier();
+    dist::reset_stats();
+    trainer.step(1);
+    const dist::Stats s = dist::stats();
+    if (dist::rank() != rank_to_report) return;
+    std::lock_guard<std::mutex> g(mu);
+    out.dp_expected = expected;
+    out.collectives = s.builtin_collectives;
+    for (int q = 0; q < dist::world_size(); ++q) {
+      const std::uint64_t b = s.bytes_sent_to[static_cast<std::size_t>(q)];
+      if (trainer.grid().tp_group.group_rank(q) >= 0) {
+        out.tp += b;
+      } else if (trainer.grid().dp_group.group_rank(q) >= 0) {
+        out.dp += b;
+      } else {
+        out.other += b;
+      }
+    }
+  });
+  return out;
+}
+
+TEST(Traffic, GradientsStayInsideTheDpGroup) {
+  for (int r : {0, 3}) {
+    const StepTraffic s = step_traffic(grid_config(tiny_config(8), 2, 2, 0), r);
+    EXPECT_EQ(s.other, 0u) << "rank " << r << " sent to ranks in neither of its groups";
+    EXPECT_EQ(s.dp, s.dp_expected)
+        << "rank " << r << ": one all-reduce of every gradient on the DP group";
+  }
+}
+
+TEST(Traffic, ZeroMovesTheBytesOfAnAllReduce) {
+  for (int zero : {1, 2}) {
+    for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}}) {
+      const tp::TpConfig c = grid_config(tiny_config(10), t, d, zero);
+      SCOPED_TRACE(config_name(c));
+      const StepTraffic s = step_traffic(c, t * d - 1);
+      EXPECT_EQ(s.other, 0u) << "sent to ranks in neither of its groups";
+      EXPECT_EQ(s.dp, s.dp_expected) << "reduce-scatter + all-gather of each padded parameter "
+                                        "moves what one all-reduce of it moves, no more";
+    }
+  }
+}
+
+// ---- memory (the kit's containers) --------------------------------------------------------------
+
+struct ZeroMemory {
+  std::int64_t state = 0, gradients = 0, unsharded_state = 0, expected_state = 0, full_grads = 0;
+  std::size_t params = 0;
+};
+
+ZeroMemory zero_memory(const tp::TpConfig& c) {
+  ZeroMemory out;
+  std::mutex mu;
+  run_ranks(test_options(c.tp * c.dp), [&] {
+    tp::Trainer trainer(c, data_for(c.model));
+    trainer.step(0);
+    trainer.step(1);
+    if (dist::rank() != c.tp * c.dp - 1) return;
+    std::lock_guard<std::mutex> g(mu);
+    const tp::Memory m = trainer.memory();
+    out.state = m.optimizer_state;
+    out.gradients = m.gradients;
+    for (const std::size_t n : shard_sizes(trainer.model())) {
+      out.unsharded_state += static_cast<std::int64_t>(n * sizeof(float));
+      out.expected_state +=
+          static_cast<std::int64_t>(tp::ZeroOptimizer::padded(n, c.dp) / c.dp * sizeof(float));
+      ++out.params;
+    }
+    out.full_grads = out.unsharded_state;
+  });
+  return out;
+}
+
+void expect_sharded_state(const tp::TpConfig& c, const ZeroMemory& m) {
+  EXPECT_EQ(m.state, m.expected_state)
+      << "optimizer state: ceil(n / dp) floats of velocity per parameter on each rank";
+  // 1/dp of the unsharded state, within one padded chunk per parameter.
+  const std::int64_t slack = static_cast<std::int64_t>(m.params * (c.dp - 1) * sizeof(float));
+  EXPECT_GE(m.state * c.dp, m.unsharded_state);
+  EXPECT_LE(m.state * c.dp, m.unsharded_state + slack);
+}
+
+TEST(Memory, ZeroStage1StateIsOneOverDp) {
+  for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 2}, {1, 4}, {2, 2}}) {
+    const tp::TpConfig c = grid_config(tiny_config(10), t, d, 1);
+    SCOPED_TRACE(config_name(c));
+    const ZeroMemory m = zero_memory(c);
+    expect_sharded_state(c, m);
+    EXPECT_EQ(m.gradients, m.full_grads + m.expected_state)
+        << "stage 1 keeps the full gradients and one reduced chunk per parameter";
+  }
+}
+
+TEST(Memory, ZeroStage2ShardsTheGradients) {
+  for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}}) {
+    const tp::TpConfig c = grid_config(tiny_config(10), t, d, 2);
+    SCOPED_TRACE(config_name(c));
+    const ZeroMemory m = zero_memory(c);
+    expect_sharded_state(c, m);
+    EXPECT_EQ(m.gradients, m.expected_state)
+        << "stage 2 keeps only the reduced chunk of each gradient (the full ones are freed)";
+  }
+}
+
+// ---- simulated time on a two-level network ------------------------------------------------------
+
+/// Simulated seconds of the model's forward with free compute, from a barrier, on rank 0, with the
+/// TP groups inside the nodes (make_grid) or across them (built here by the test).
+double forward_time(int t, int d, bool inside, const mlp::Config& c,
+                    const dist::NetworkModel& net) {
+  const datasets::Split& data = data_for(c);
+  double out = 0;
+  dist::LaunchOptions o = test_options(t * d);
+  o.network = net;
+  run_ranks(o, [&] {
+    tp::Grid g = tp::make_grid(t, d);
+    if (!inside) {  // TP groups of ranks in different nodes: r % d picks the group
+      const int r = dist::rank();
+      g.tp_group = dist::split(r % d, r / d, dist::world(), "tp_across");
+      g.dp_group = dist::split(r / d, r % d, dist::world(), "dp_inside");
+      g.tp_rank = g.tp_group.rank();
+      g.dp_rank = g.dp_group.rank();
+    }
+    tp::TpMLP model(mlp::MLP(c, c.seed + 2), g);
+    mlp::Matrix x;
+    mlp::Labels y;
+    datasets::BatchLoader(data.train, c.batch_size, c.seed + 3).load(0, x, y);
+    dist::barrier();
+    const double t0 = dist::sim_time();
+    model.forward(x);
+    if (dist::rank() == 0) out = dist::sim_time() - t0;
+  });
+  return out;
+}
+
+/// The ring all-reduce of n floats on t ranks: 2 (t - 1) (alpha + n/t beta) (t divides n).
+double ring(int t, std::size_t n, double alpha, double bandwidth) {
+  return 2.0 * (t - 1) * (alpha + static_cast<double>(n * sizeof(float)) / t / bandwidth);
+}
+
+TEST(SimulatedTime, TpInsideANodeBeatsTpAcrossNodes) {
+  const mlp::Config c = tiny_config(8, 4, 16);
+  const dist::NetworkModel net = dist::NetworkModel::two_level(2);
+  const double inside = forward_time(2, 2, true, c, net);
+  const double across = forward_time(2, 2, false, c, net);
+  const std::size_t n0 = 16 * static_cast<std::size_t>(c.layer_out(1));
+  const std::size_t n1 = 16 * static_cast<std::size_t>(c.layer_out(3));
+  const double want_inside =
+      ring(2, n0, net.latency_s, net.bandwidth_Bps) + ring(2, n1, net.latency_s, net.bandwidth_Bps);
+  const double want_across = ring(2, n0, net.inter_node_latency_s, net.inter_node_bandwidth_Bps) +
+                             ring(2, n1, net.inter_node_latency_s, net.inter_node_bandwidth_Bps);
+  EXPECT_NEAR(inside, want_inside, 1e-12 + 1e-9 * want_inside)
+      << "forward with TP inside a node: one ring all-reduce per block on the node's links";
+  EXPECT_NEAR(across, want_across, 1e-12 + 1e-9 * want_across)
+      << "forward with TP across nodes: one ring all-reduce per block on the slow links";
+  EXPECT_LT(inside, across);
+}
+
+}  // namespace

@@ -1,0 +1,219 @@
+// Shared by the public, hidden and MPI tests of 09_tensor_parallel: training on a tp x dp grid
+// against single-process training of the same model on the same batches with the same momentum
+// SGD (the oracle: 05's MLP through its public header), and the measured references of the
+// traffic checks (the built-in all-reduce of the same size on the same group).
+//
+// Values tolerance: per weight |grid - single| <= 1e-5 + 1e-4 |single| after every step. Summing a
+// product over the TP group, or averaging over the DP group, changes only the float rounding
+// (relative ~1e-6 here after a few steps), while every plausible mistake (a missing or extra sum, a
+// sum instead of a mean, a wrong shard) moves weights by far more than that.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "datasets/loader.hpp"
+#include "distlab_testing.hpp"
+#include "mlp.hpp"
+#include "train.hpp"
+
+namespace tptest {
+
+inline constexpr double kRelTol = 1e-4, kAbsTol = 1e-5;
+
+/// A small model: dim_in 12 -> hidden -> ... -> 6 classes.
+inline mlp::Config tiny_config(int hidden = 10, int n_layers = 4, int batch_size = 16,
+                               mlp::Activation a = mlp::Activation::Tanh) {
+  mlp::Config c;
+  c.n_layers = n_layers;
+  c.dim_in = 12;
+  c.dim_hidden = hidden;
+  c.n_classes = 6;
+  c.train_size = 256;
+  c.test_size = 16;
+  c.batch_size = batch_size;
+  c.learning_rate = 0.1f;
+  c.seed = 11;
+  c.activation = a;
+  return c;
+}
+
+inline tp::TpConfig grid_config(const mlp::Config& model, int t, int d, int zero) {
+  tp::TpConfig c;
+  c.model = model;
+  c.tp = t;
+  c.dp = d;
+  c.zero = zero;
+  c.flops_per_s = 0;  // the values tests do not need the clock
+  return c;
+}
+
+inline std::string config_name(const tp::TpConfig& c) {
+  std::ostringstream os;
+  os << c.name() << ", " << c.model.n_layers << " layers " << c.model.dim_in << "->"
+     << c.model.dim_hidden << "->" << c.model.n_classes << ", batch " << c.model.batch_size << ", "
+     << mlp::to_string(c.model.activation);
+  return os.str();
+}
+
+/// The data of a model config, made once per config.
+inline const datasets::Split& data_for(const mlp::Config& c) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<datasets::Split>> cache;
+  std::lock_guard<std::mutex> g(mu);
+  const std::string key = std::to_string(c.dim_in) + " " + std::to_string(c.n_classes) + " " +
+                          std::to_string(c.seed) + " " + std::to_string(c.train_size);
+  auto& slot = cache[key];
+  if (!slot) slot = std::make_unique<datasets::Split>(mlp::make_data(c));
+  return *slot;
+}
+
+/// The oracle: every full weight after each of `steps` steps of single-process momentum SGD on
+/// the whole batch (weights[t][i]: layer i after step t).
+inline std::vector<std::vector<mlp::Matrix>> oracle(const mlp::Config& c, float momentum,
+                                                    int steps) {
+  const datasets::Split& data = data_for(c);
+  mlp::MLP model(c, c.seed + 2);
+  const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
+  mlp::Matrix x, probs, dlogits;
+  mlp::Labels y;
+  std::vector<mlp::Matrix> v;
+  for (const mlp::Parameter* p : model.parameters())
+    v.push_back(mlp::Matrix::Zero(p->value.rows(), p->value.cols()));
+  std::vector<std::vector<mlp::Matrix>> out;
+  for (int t = 0; t < steps; ++t) {
+    loader.load(t, x, y);
+    mlp::softmax_cross_entropy_forward(model.forward(x), y, probs);
+    mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+    model.backward(dlogits);
+    std::vector<mlp::Matrix> w;
+    std::size_t i = 0;
+    for (mlp::Parameter* p : model.parameters()) {
+      float* value = p->value.data();
+      const float* g = p->grad.data();
+      float* vel = v[i].data();
+      for (Eigen::Index k = 0; k < p->value.size(); ++k) {
+        vel[k] = momentum * vel[k] + g[k];
+        value[k] -= c.learning_rate * vel[k];
+      }
+      w.push_back(p->value);
+      ++i;
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+/// What one rank held after each step: its shards, block by block (column, row).
+struct RankRun {
+  bool ran = false;
+  int tp_rank = 0, dp_rank = 0;
+  std::vector<tp::Range> hidden;                 // per block
+  std::vector<std::vector<mlp::Matrix>> shards;  // shards[t][2k] column, [2k+1] row of block k
+  std::vector<float> losses;
+};
+
+/// Trains config for `steps` steps on every rank of this process (threads: all of them; mpirun:
+/// this process's rank) and returns what each rank held, indexed by world rank.
+inline std::vector<RankRun> run_grid(const tp::TpConfig& c, int steps, int timeout_ms = 20000) {
+  const int p = c.tp * c.dp;
+  std::vector<RankRun> runs(static_cast<std::size_t>(p));
+  std::mutex mu;
+  distlab::testing::run_ranks(distlab::testing::test_options(p, timeout_ms), [&] {
+    tp::Trainer trainer(c, data_for(c.model));
+    RankRun r;
+    r.ran = true;
+    r.tp_rank = trainer.grid().tp_rank;
+    r.dp_rank = trainer.grid().dp_rank;
+    for (const tp::Block& b : trainer.model().blocks()) r.hidden.push_back(b.hidden);
+    for (int t = 0; t < steps; ++t) {
+      r.losses.push_back(trainer.step(t));
+      std::vector<mlp::Matrix> s;
+      for (const mlp::Parameter* q : trainer.model().parameters()) s.push_back(q->value);
+      r.shards.push_back(std::move(s));
+    }
+    std::lock_guard<std::mutex> g(mu);
+    runs[static_cast<std::size_t>(dist::rank())] = std::move(r);
+  });
+  return runs;
+}
+
+/// Expects every rank's shards to equal the matching slices of the oracle after every step.
+inline void expect_values(const tp::TpConfig& c, int steps = 3) {
+  SCOPED_TRACE(config_name(c));
+  const auto ref = oracle(c.model, c.momentum, steps);
+  const auto runs = run_grid(c, steps);
+  int checked = 0;
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const RankRun& run = runs[r];
+    if (!run.ran) continue;
+    ++checked;
+    ASSERT_EQ(run.shards.size(), static_cast<std::size_t>(steps)) << "rank " << r;
+    for (int t = 0; t < steps; ++t) {
+      for (std::size_t k = 0; k < run.hidden.size(); ++k) {
+        const tp::Range h = run.hidden[k];
+        const auto b = static_cast<Eigen::Index>(h.begin), n = static_cast<Eigen::Index>(h.size());
+        const mlp::Matrix want_col = ref[t][2 * k].middleRows(b, n);
+        const mlp::Matrix want_row = ref[t][2 * k + 1].middleCols(b, n);
+        const mlp::Matrix* got[2] = {&run.shards[t][2 * k], &run.shards[t][2 * k + 1]};
+        const mlp::Matrix* want[2] = {&want_col, &want_row};
+        for (int which = 0; which < 2; ++which) {
+          ASSERT_EQ(got[which]->rows(), want[which]->rows());
+          ASSERT_EQ(got[which]->cols(), want[which]->cols());
+          for (Eigen::Index i = 0; i < want[which]->size(); ++i) {
+            const double w = want[which]->data()[i], g = got[which]->data()[i];
+            if (std::abs(g - w) > kAbsTol + kRelTol * std::abs(w)) {
+              ADD_FAILURE() << "rank " << r << " (tp_rank " << run.tp_rank << ", dp_rank "
+                            << run.dp_rank << "), after step " << t << ": block " << k << "'s "
+                            << (which == 0 ? "column" : "row") << " weight, element " << i
+                            << " of the shard: " << g << ", single-process training gives " << w;
+              return;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+/// Bytes and messages the built-in all-reduce of `count` floats on `group` makes this rank send.
+inline std::pair<std::uint64_t, std::uint64_t> all_reduce_cost(std::size_t count,
+                                                               const dist::Group& group) {
+  std::vector<float> buf(count, 0.0f);
+  const dist::Stats before = dist::stats();
+  dist::all_reduce(std::span<float>(buf), dist::ReduceOp::Sum, group);
+  const dist::Stats after = dist::stats();
+  return {after.bytes_sent - before.bytes_sent, after.messages_sent - before.messages_sent};
+}
+
+/// The ranks of the grid group of world rank r (the tests' own arithmetic).
+inline std::vector<int> expected_tp_ranks(int t, int d, int r) {
+  std::vector<int> out;
+  for (int j = 0; j < t; ++j) out.push_back((r / t) * t + j);
+  (void)d;
+  return out;
+}
+inline std::vector<int> expected_dp_ranks(int t, int d, int r) {
+  std::vector<int> out;
+  for (int k = 0; k < d; ++k) out.push_back(k * t + r % t);
+  return out;
+}
+
+/// Elements of every parameter a rank holds for the config (its TP shards).
+inline std::vector<std::size_t> shard_sizes(tp::TpMLP& model) {
+  std::vector<std::size_t> out;
+  for (const mlp::Parameter* p : model.parameters())
+    out.push_back(static_cast<std::size_t>(p->numel()));
+  return out;
+}
+
+}  // namespace tptest
