@@ -35,12 +35,14 @@ struct StepConfig {
   float learning_rate = 0.1f;
 };
 
-/// One rank's replica: parameters (identical on every rank) and gradients in device buffers, one
-/// buffer of each per bucket. Layer l's gradient is params - target(rank, l): the mean over the
-/// ranks is what one process with every rank's data would compute.
+/// One rank's replica: parameters (identical on every rank), this rank's targets and the gradients
+/// in device buffers, one buffer of each per bucket. Layer l's gradient is params - target(rank,
+/// l): the mean over the ranks is what one process with every rank's data would compute. The
+/// kernels are those of <dist/device_kernels.hpp>, so the replica runs on the simulated device
+/// and on a GPU (NCCL backend) alike.
 class Replica {
  public:
-  /// Builds the buckets and initialises the parameters with a zero-time kernel on `compute`.
+  /// Builds the buckets and uploads the parameters and targets on `compute` (it synchronizes it).
   Replica(const StepConfig& config, Stream& compute);
 
   int num_layers() const { return static_cast<int>(config_.layer_floats.size()); }
@@ -51,13 +53,14 @@ class Replica {
   int bucket_of(int layer) const { return bucket_of_.at(static_cast<std::size_t>(layer)); }
   const StepConfig& config() const { return config_; }
 
-  /// Layer `layer`'s backward: a kernel on `compute` that reads its bucket's parameters and
-  /// writes its gradients into its bucket's buffer (backward_s_per_float x its size).
+  /// Layer `layer`'s backward: a kernel on `compute` ("backward <layer>") that reads its bucket's
+  /// parameters and targets and writes its gradients into its bucket's buffer
+  /// (backward_s_per_float x its size on the simulated device).
   void launch_backward(int layer, Stream& compute);
   /// Bucket `bucket`'s all-reduce (mean) on `comm`, through your AllReduceWork.
   AllReduceWork all_reduce_bucket(int bucket, Stream& comm);
-  /// Bucket `bucket`'s SGD update: a kernel on `compute` that reads its gradients and writes its
-  /// parameters (sgd_s_per_float x its size).
+  /// Bucket `bucket`'s SGD update: a kernel on `compute` ("sgd bucket <bucket>") that reads its
+  /// gradients and writes its parameters (sgd_s_per_float x its size on the simulated device).
   void launch_sgd(int bucket, Stream& compute);
 
   DeviceBuffer<float>& gradients(int bucket) { return grads_.at(static_cast<std::size_t>(bucket)); }
@@ -86,7 +89,7 @@ class Replica {
   std::vector<std::vector<int>> buckets_;
   std::vector<int> bucket_of_;
   std::vector<std::size_t> offset_;  // layer -> offset (floats) in its bucket's buffers
-  std::vector<DeviceBuffer<float>> params_, grads_;
+  std::vector<DeviceBuffer<float>> params_, grads_, targets_;
   Event origin_;
   std::vector<Pending> pending_;
 };
@@ -98,7 +101,7 @@ class Replica {
 void optimizer_step_unordered(Replica& replica, Stream& compute);
 
 /// Task 1's experiment, on every rank (inside dist::launch): a backward kernel writes the gradient
-/// on "compute"; the all-reduce (AllReduceWork) runs on "comm" after it; the host waits the
+/// (rank + 1 everywhere) on "compute"; the all-reduce (AllReduceWork) runs on "comm" after it; the host waits the
 /// strategy's way (wait_for), then does host_work_s of its own work (loading the next batch) and
 /// launches the optimizer kernel that reads the gradient.
 struct WaitingSetup {

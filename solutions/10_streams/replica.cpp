@@ -1,5 +1,7 @@
 #include "replica.hpp"
 
+#include "dist/device_kernels.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -75,18 +77,30 @@ Replica::Replica(const StepConfig& config, Stream& compute) : config_(config), o
   for (int b = 0; b < num_buckets(); ++b) {
     params_.emplace_back("params bucket " + std::to_string(b), bucket_floats(b));
     grads_.emplace_back("grads bucket " + std::to_string(b), bucket_floats(b));
+    targets_.emplace_back("targets bucket " + std::to_string(b), bucket_floats(b));
   }
-  origin_.record(compute);
-  std::vector<dd::detail::Access> writes_all;
-  for (auto& p : params_) writes_all.push_back(dd::writes(p));
-  dd::launch(compute, {"init", 0, writes_all}, [&] {
-    for (int l = 0; l < n; ++l) {
-      auto p = params_[static_cast<std::size_t>(bucket_of(l))].span();
-      const std::size_t off = offset_[static_cast<std::size_t>(l)];
-      for (std::size_t i = 0; i < config_.layer_floats[static_cast<std::size_t>(l)]; ++i)
-        p[off + i] = initial(l, i);
+  // Upload the initial parameters (the same on every rank) and this rank's targets, and wait for
+  // the copies: the host vectors go away at the end of the constructor.
+  std::vector<std::vector<float>> p(params_.size()), t(params_.size());
+  for (int b = 0; b < num_buckets(); ++b) {
+    p[static_cast<std::size_t>(b)].resize(bucket_floats(b));
+    t[static_cast<std::size_t>(b)].resize(bucket_floats(b));
+  }
+  const int rank = dist::rank();
+  for (int l = 0; l < n; ++l) {
+    const auto b = static_cast<std::size_t>(bucket_of(l));
+    const std::size_t off = offset_[static_cast<std::size_t>(l)];
+    for (std::size_t i = 0; i < config_.layer_floats[static_cast<std::size_t>(l)]; ++i) {
+      p[b][off + i] = initial(l, i);
+      t[b][off + i] = target(rank, l, i);
     }
-  });
+  }
+  for (std::size_t b = 0; b < params_.size(); ++b) {
+    dd::memcpy_async(params_[b], std::span<const float>(p[b]), compute);
+    dd::memcpy_async(targets_[b], std::span<const float>(t[b]), compute);
+  }
+  compute.synchronize();
+  origin_.record(compute);
 }
 
 std::size_t Replica::bucket_floats(int bucket) const {
@@ -112,22 +126,12 @@ void Replica::mark(const std::string& row, const std::string& label, Event begin
 }
 
 void Replica::launch_backward(int layer, Stream& compute) {
-  const int b = bucket_of(layer);
-  auto& p = params_[static_cast<std::size_t>(b)];
-  auto& g = grads_[static_cast<std::size_t>(b)];
-  const std::size_t off = offset_[static_cast<std::size_t>(layer)];
-  const std::size_t n = config_.layer_floats[static_cast<std::size_t>(layer)];
-  const int rank = dist::rank();
+  const auto b = static_cast<std::size_t>(bucket_of(layer));
   Event begin("timeline");
   begin.record(compute);
-  dd::launch(
-      compute,
-      {"backward " + std::to_string(layer), backward_seconds(layer), {dd::reads(p), dd::writes(g)}},
-      [&] {
-        const auto pv = p.cspan();
-        const auto gv = g.span();
-        for (std::size_t i = 0; i < n; ++i) gv[off + i] = pv[off + i] - target(rank, layer, i);
-      });
+  dd::difference(params_[b], targets_[b], grads_[b], offset_[static_cast<std::size_t>(layer)],
+                 config_.layer_floats[static_cast<std::size_t>(layer)], compute,
+                 backward_seconds(layer), "backward " + std::to_string(layer));
   mark("compute", "B" + std::to_string(layer), begin, compute);
 }
 
@@ -140,19 +144,11 @@ AllReduceWork Replica::all_reduce_bucket(int bucket, Stream& comm) {
 }
 
 void Replica::launch_sgd(int bucket, Stream& compute) {
-  auto& p = params_.at(static_cast<std::size_t>(bucket));
-  auto& g = grads_.at(static_cast<std::size_t>(bucket));
-  const float lr = config_.learning_rate;
+  const auto b = static_cast<std::size_t>(bucket);
   Event begin("timeline");
   begin.record(compute);
-  dd::launch(
-      compute,
-      {"sgd bucket " + std::to_string(bucket), sgd_seconds(bucket), {dd::reads(g), dd::writes(p)}},
-      [&] {
-        const auto gv = g.cspan();
-        const auto pv = p.span();
-        for (std::size_t i = 0; i < pv.size(); ++i) pv[i] -= lr * gv[i];
-      });
+  dd::axpy(-config_.learning_rate, grads_.at(b), params_.at(b), compute, sgd_seconds(bucket),
+           "sgd bucket " + std::to_string(bucket));
   mark("compute", "S" + std::to_string(bucket), begin, compute);
 }
 
@@ -194,11 +190,7 @@ WaitingResult measure_waiting(Strategy s, const WaitingSetup& w) {
   const double t0 = dist::sim_time();
   Event origin("origin"), ready("grad ready"), comm_begin("timeline"), comm_end("timeline");
   origin.record(compute);
-  dd::launch(compute, {"backward", w.backward_s, {dd::writes(grad)}}, [&] {
-    const auto g = grad.span();
-    for (std::size_t i = 0; i < g.size(); ++i)
-      g[i] = static_cast<float>(rank + 1) * static_cast<float>(i % 7);
-  });
+  dd::fill(grad, static_cast<float>(rank + 1), compute, w.backward_s, "backward");
   ready.record(compute);
   comm.wait_event(ready);
   comm_begin.record(comm);
@@ -212,11 +204,7 @@ WaitingResult measure_waiting(Strategy s, const WaitingSetup& w) {
   dist::sim_compute(w.host_work_s, "load next batch");
   Event opt_begin("timeline"), opt_end("timeline");
   opt_begin.record(compute);
-  dd::launch(compute, {"optimizer", w.optimizer_s, {dd::reads(grad), dd::writes(params)}}, [&] {
-    const auto g = grad.cspan();
-    const auto p = params.span();
-    for (std::size_t i = 0; i < p.size(); ++i) p[i] -= 0.1f * g[i];
-  });
+  dd::axpy(-0.1f, grad, params, compute, w.optimizer_s, "optimizer");
   opt_end.record(compute);
   dd::device_synchronize();
   r.step_s = dist::sim_time() - t0;

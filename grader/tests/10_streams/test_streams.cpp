@@ -130,8 +130,7 @@ void waiting(Strategy s, int p) {
         << to_string(s) << ": host time lost, p=" << p << " rank " << r;
     EXPECT_TRUE(within_1pct(got.step_s, e.step))
         << to_string(s) << ": step time, p=" << p << " rank " << r;
-    std::vector<float> want(w.floats);
-    for (std::size_t i = 0; i < want.size(); ++i) want[i] = waiting_mean(p, i);
+    const std::vector<float> want(w.floats, waiting_mean(p));
     EXPECT_TRUE(elements_near(got.grad, want, 1e-6)) << to_string(s) << " p=" << p;
   }
 }
