@@ -70,6 +70,13 @@ int main(int argc, char** argv) {
 
   return distlab::run_main([&]() -> int {
     dist::LaunchOptions launch = launch_flags->resolve();
+    if (launch.backend != dist::Backend::Threads) {
+      std::fprintf(stderr,
+                   "error: run_10_streams measures the simulated device of the threads backend "
+                   "(its times are the simulated clock's); on a GPU, test_dist_nccl's CudaDevice "
+                   "tests run the same device calls (docs/backends.md)\n");
+      return 1;
+    }
     const std::string trace = launch.trace_path;
     launch.trace_path.clear();  // only the overlapped step is traced
     w.poll_interval_s = poll_us * 1e-6;
