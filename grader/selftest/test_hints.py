@@ -22,10 +22,10 @@ from pydistlab.commands import hint as hint_cmd  # noqa: E402
 from pydistlab.errors import DistlabError  # noqa: E402
 from pydistlab.paths import CXX_EXTENSIONS, SOLUTIONS  # noqa: E402
 
-# A definition line at column 0 whose name is followed by '(' (a function or a method): the first
-# such name after a return type (ending in a space, * or &) or, for a constructor such as
-# "Class::Class(", at the line's start.
-_DEF = re.compile(r"^(?![/#]|namespace\b|using\b|static_assert\b)(?:[A-Za-z].*?[\s*&])?"
+# A definition line at column 0 whose name is followed by '(' (a function or a method): an
+# optional return type (ending at a non-name character), then the name; a constructor defined
+# out of class (`Class::Class(...)`) has no return type.
+_DEF = re.compile(r"^(?![/#]|namespace\b|using\b|static_assert\b)(?:[A-Za-z].*?[^A-Za-z_0-9:])?"
                   r"([A-Za-z_][A-Za-z_0-9:]*)\s*\(")
 #: A solution line this long (non-space characters, after dropping `return` and the final `;`)
 #: must not appear in its TODO text.

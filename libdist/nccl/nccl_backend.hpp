@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "dist/backend.hpp"
+#include "nccl/nccl_device.hpp"
 
 namespace dist::detail::nccl {
 
@@ -166,6 +167,8 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
   /// End of launch: destroy cleanly after success, abort after a failure (nothing may hang).
   void shutdown(bool failed);
   ~NcclBackend() override {
+    if (device_) device_->abandon();
+    device_.reset();
     for (auto& [id, c] : comms_) ncclCommAbort(c);
     if (comm_ != nullptr) ncclCommAbort(comm_);
   }
@@ -211,6 +214,12 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
 
   Stats stats() override { return stats_; }
   void reset_stats() override { stats_ = fresh_stats(size_); }
+
+  /// <dist/device.hpp> on this GPU (nccl_device.hpp), made on first use.
+  DeviceImpl* device() override {
+    if (!device_) device_ = std::make_unique<CudaDevice>(comm_, [this] { flush(); });
+    return device_.get();
+  }
 
   // ---- completion -----------------------------------------------------------------------------
 
@@ -265,6 +274,7 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
   bool closed_ = false;
   std::vector<QueuedP2P> queue_;
   Stats stats_;
+  std::unique_ptr<CudaDevice> device_;
 };
 
 }  // namespace dist::detail::nccl

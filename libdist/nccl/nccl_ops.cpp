@@ -15,6 +15,8 @@ void NcclBackend::init(const ncclUniqueId& id) {
 }
 
 void NcclBackend::shutdown(bool failed) {
+  if (device_ && (failed || aborted_)) device_->abandon();  // its work may never finish
+  device_.reset();  // the device's streams, events and buffers before the communicator
   for (auto& [id, c] : comms_) {
     if (failed || aborted_) {
       ncclCommAbort(c);

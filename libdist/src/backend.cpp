@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dist/backend.hpp"
+#include "src/device_impl.hpp"
 
 namespace dist {
 
@@ -63,6 +64,8 @@ BackendImpl& current() {
 }
 
 BackendImpl* current_or_null() { return t_backend; }
+
+DeviceImpl* real_device() { return t_backend != nullptr ? t_backend->device() : nullptr; }
 const LaunchOptions* current_options() { return t_options; }
 
 void set_current(BackendImpl* backend, const LaunchOptions* options) {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include <dist/device.hpp>
+#include <dist/device_kernels.hpp>
 #include <nlohmann/json.hpp>
 
 #include "distlab_testing.hpp"
@@ -455,4 +456,31 @@ TEST(DeviceCollectives, ComputeOverlapsTheCollectiveAndItStartsWhenEveryStreamRe
     comm.synchronize();
     EXPECT_NEAR(dist::sim_time(), std::max(3 * kMs, 2 * kMs + t_ar), 1e-12);
   });
+}
+
+// <dist/device_kernels.hpp> on the simulated device: values, durations, names, declared accesses.
+TEST(DeviceKernels, ValuesTimesAndTheRaceDetectorSeeThem) {
+  run_ranks(threads_options(1), [&] {
+    dev::Stream a("a"), b("b");
+    dev::DeviceBuffer<float> x("x", 10), y("y", 10), z("z", 10);
+    dev::Event done("done");
+    dev::fill(x, 2.0f, a, 1 * kMs);
+    done.record(a);
+    b.wait_event(done);
+    dev::axpy(3.0f, x, y, b, 2 * kMs);           // y = 6
+    dev::difference(y, x, z, 2, 5, b, 1 * kMs);  // z[2..7) = 4, the rest 0
+    b.synchronize();
+    EXPECT_NEAR(dist::sim_time(), 4 * kMs, kEps);
+    const auto got = to_host(z, b);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_EQ(got[i], i >= 2 && i < 7 ? 4.0f : 0.0f) << "index " << i;
+    EXPECT_THROW(dev::difference(y, x, z, 6, 5, b), dist::Error);  // past the end
+  });
+  const std::string msg = expect_error<dev::StreamRaceError>(threads_options(1), [] {
+    dev::Stream a("a"), b("b");
+    dev::DeviceBuffer<float> x("x", 10), y("y", 10);
+    dev::fill(x, 1.0f, a, 1 * kMs, "produce");
+    dev::axpy(-0.5f, x, y, b, 1 * kMs, "sgd");  // no event: reads x while 'a' writes it
+  });
+  EXPECT_TRUE(contains(msg, "'sgd'") && contains(msg, "'produce'") && contains(msg, "'x'")) << msg;
 }

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "src/device_impl.hpp"
 #include "threads/device_state.hpp"
 #include "threads/engine.hpp"
 
@@ -148,17 +149,23 @@ using fake::device_context;
 using fake::DeviceContext;
 
 void set_model(const DeviceModel& m) {
+  if (::dist::detail::real_device()) return;  // a real device has its own costs
   if (m.launch_overhead_s < 0 || m.h2d_Bps <= 0 || m.d2h_Bps <= 0 || m.d2d_Bps <= 0) {
     throw Error("set_model: launch_overhead_s must be >= 0 and every bandwidth > 0");
   }
   device_context("set_model").dev.model = m;
 }
-DeviceModel model() { return device_context("model").dev.model; }
+DeviceModel model() {
+  if (::dist::detail::real_device()) return {};
+  return device_context("model").dev.model;
+}
 
 namespace detail {
 
 std::uint64_t buffer_create(const std::string& name, std::size_t bytes, std::size_t align,
                             void** data) {
+  if (auto* real = ::dist::detail::real_device())
+    return real->buffer_create(name, bytes, align, data);
   auto c = device_context("DeviceBuffer");
   auto& dev = c.dev;
   if (align > alignof(std::max_align_t)) throw Error("DeviceBuffer: unsupported alignment");
@@ -176,6 +183,10 @@ std::uint64_t buffer_create(const std::string& name, std::size_t bytes, std::siz
 }
 
 void buffer_destroy(std::uint64_t id) noexcept {
+  if (auto* real = ::dist::detail::real_device()) {
+    real->buffer_destroy(id);
+    return;
+  }
   int r = -1;
   auto* e = fake::Engine::of_this_thread(r);
   if (!e) return;
@@ -184,6 +195,11 @@ void buffer_destroy(std::uint64_t id) noexcept {
 }
 
 void check_body_access(std::uint64_t id, bool write) {
+  if (::dist::detail::real_device()) {
+    throw Error(
+        "DeviceBuffer::span/cspan: on a CUDA device the memory is on the GPU and the host cannot "
+        "touch it; move data with memcpy_async and compute with <dist/device_kernels.hpp>");
+  }
   auto& dev = device_context("DeviceBuffer::span").dev;
   const std::string name = dev.buffers.count(id) ? dev.buffers[id].name : "?";
   if (!dev.body_accesses) {
@@ -200,6 +216,7 @@ void check_body_access(std::uint64_t id, bool write) {
 }
 
 int stream_create(const std::string& name) {
+  if (auto* real = ::dist::detail::real_device()) return real->stream_create(name);
   auto c = device_context("Stream");
   std::string shown = name;
   for (int k = 2; std::any_of(c.dev.streams.begin(), c.dev.streams.end(),
@@ -215,6 +232,7 @@ int stream_create(const std::string& name) {
 }
 
 int event_create(const std::string& name) {
+  if (auto* real = ::dist::detail::real_device()) return real->event_create(name);
   auto c = device_context("Event");
   fake::EventState e;
   e.name = name;
@@ -224,6 +242,7 @@ int event_create(const std::string& name) {
 
 void copy(int stream, CopyKind kind, void* dst, const void* src, std::size_t bytes,
           std::uint64_t dst_buffer, std::uint64_t src_buffer) {
+  if (auto* real = ::dist::detail::real_device()) return real->copy(stream, kind, dst, src, bytes);
   auto c = device_context("memcpy_async");
   const auto& m = c.dev.model;
   const double bw = kind == CopyKind::HostToDevice   ? m.h2d_Bps
@@ -244,12 +263,14 @@ void copy(int stream, CopyKind kind, void* dst, const void* src, std::size_t byt
 }  // namespace detail
 
 void Stream::synchronize() {
+  if (auto* real = ::dist::detail::real_device()) return real->stream_synchronize(id_);
   auto c = device_context("Stream::synchronize");
   auto& s = fake::stream_of(c, id_);
   fake::host_wait(c, s.tail, s.clock, "synchronize '" + s.name + "'");
 }
 
 bool Stream::query() {
+  if (auto* real = ::dist::detail::real_device()) return real->stream_query(id_);
   auto c = device_context("Stream::query");
   auto& s = fake::stream_of(c, id_);
   if (s.tail > fake::host_clock(c)) return false;
@@ -258,6 +279,7 @@ bool Stream::query() {
 }
 
 void Stream::wait_event(const Event& e) {
+  if (auto* real = ::dist::detail::real_device()) return real->stream_wait_event(id_, e.id());
   auto c = device_context("Stream::wait_event");
   auto& s = fake::stream_of(c, id_);
   auto& ev = fake::event_of(c, e.id());
@@ -269,6 +291,7 @@ void Stream::wait_event(const Event& e) {
 }
 
 void Event::record(Stream& st) {
+  if (auto* real = ::dist::detail::real_device()) return real->event_record(id_, st.id());
   auto c = device_context("Event::record");
   auto& s = fake::stream_of(c, st.id());
   auto& ev = fake::event_of(c, id_);
@@ -281,6 +304,7 @@ void Event::record(Stream& st) {
 }
 
 bool Event::query() {
+  if (auto* real = ::dist::detail::real_device()) return real->event_query(id_);
   auto c = device_context("Event::query");
   auto& ev = fake::event_of(c, id_);
   if (!ev.recorded) return true;
@@ -290,6 +314,7 @@ bool Event::query() {
 }
 
 void Event::synchronize() {
+  if (auto* real = ::dist::detail::real_device()) return real->event_synchronize(id_);
   auto c = device_context("Event::synchronize");
   auto& ev = fake::event_of(c, id_);
   if (!ev.recorded) return;
@@ -297,6 +322,8 @@ void Event::synchronize() {
 }
 
 double elapsed_seconds(const Event& start, const Event& end) {
+  if (auto* real = ::dist::detail::real_device())
+    return real->elapsed_seconds(start.id(), end.id());
   auto c = device_context("elapsed_seconds");
   const auto& a = fake::event_of(c, start.id());
   const auto& b = fake::event_of(c, end.id());
@@ -313,6 +340,7 @@ double elapsed_seconds(const Event& start, const Event& end) {
 }
 
 void device_synchronize() {
+  if (auto* real = ::dist::detail::real_device()) return real->device_synchronize();
   auto c = device_context("device_synchronize");
   double until = fake::host_clock(c);
   fake::VectorClock all;
@@ -324,6 +352,11 @@ void device_synchronize() {
 }
 
 void launch(Stream& s, const Kernel& k, const std::function<void()>& body) {
+  if (::dist::detail::real_device()) {
+    throw Error("launch: kernel '" + k.name +
+                "': a host body cannot run on a CUDA device (the NCCL backend); use the kernels of "
+                "<dist/device_kernels.hpp>, which run on both devices");
+  }
   auto c = device_context("launch");
   if (k.seconds < 0) throw Error("launch: kernel '" + k.name + "' has a negative duration");
   fake::enqueue(

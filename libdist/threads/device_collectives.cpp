@@ -6,9 +6,12 @@
 // same counters) and the time it ends becomes the stream's tail; the host's clock is then put
 // back, so the host did not wait. Its trace spans move to the stream's track. Its Work is an
 // event recorded after it: is_completed() queries it, wait() makes the current stream wait on it.
+// On a real device (the NCCL backend: src/device_impl.hpp) every call here goes to it instead, and
+// the Work is the same: an event recorded (cudaEventRecord) after ncclAllReduce on the stream.
 #include <algorithm>
 
 #include "dist/backend.hpp"
+#include "src/device_impl.hpp"
 #include "threads/device_state.hpp"
 #include "threads/engine.hpp"
 
@@ -33,12 +36,20 @@ namespace dist::device {
 namespace fake = ::dist::detail::fake;
 
 Stream current_stream() {
+  if (auto* real = ::dist::detail::real_device()) {
+    if (real->current_stream < 0) real->current_stream = Stream("compute").id();
+    return Stream::from_id(real->current_stream);
+  }
   auto c = fake::device_context("current_stream");
   if (c.dev.current_stream < 0) c.dev.current_stream = Stream("compute").id();
   return Stream::from_id(c.dev.current_stream);
 }
 
 void set_current_stream(const Stream& s) {
+  if (auto* real = ::dist::detail::real_device()) {
+    real->current_stream = s.id();
+    return;
+  }
   auto c = fake::device_context("set_current_stream");
   (void)fake::stream_of(c, s.id());  // a stream of this rank
   c.dev.current_stream = s.id();
@@ -48,6 +59,8 @@ namespace detail {
 
 void all_reduce_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,
                    std::uint64_t buffer) {
+  if (auto* real = ::dist::detail::real_device())
+    return real->all_reduce(stream, buf, count, type, op);
   auto c = fake::device_context("all_reduce");
   fake::Rank& rk = c.engine->rank_state(c.rank);
   const std::string track = fake::stream_of(c, stream).name;  // checks the handle too

@@ -160,8 +160,10 @@ def step_nccl(t: Tally) -> None:
         if not t.check("test_dist_nccl" in known, "CMake found CUDA and NCCL (target test_dist_nccl)",
                        "see the 'distlab: NCCL backend' line of the configure output"):
             return
-        r = cmake.build(nccl_build, ["test_dist_nccl"], progress=say)
-        print(f"    built test_dist_nccl in {r.seconds:.0f} s", flush=True)
+        # The module tests that run on a GPU too (10_streams: the device API and its nvcc kernels).
+        targets = ["test_dist_nccl"] + [t for t in ("test_10_streams_nccl",) if t in known]
+        r = cmake.build(nccl_build, targets, progress=say)
+        print(f"    built {', '.join(targets)} in {r.seconds:.0f} s", flush=True)
         if not t.check(r.ok, "the NCCL backend builds", tb.first_errors(r.output)):
             return
         _ctest(nccl_build, ["-L", "nccl", "-LE", "mpi"], None, t, "(nccl)")

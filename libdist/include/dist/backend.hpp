@@ -20,6 +20,8 @@
 
 namespace dist::detail {
 
+class DeviceImpl;  // src/device_impl.hpp: a real device (CUDA) behind <dist/device.hpp>
+
 class BackendImpl {
  public:
   virtual ~BackendImpl() = default;
@@ -73,6 +75,9 @@ class BackendImpl {
   virtual double sim_time() { return 0.0; }
   virtual void sim_compute(double /*seconds*/, const char* /*label*/) {}
   virtual void sim_reduce(std::size_t /*bytes*/) {}
+  /// The backend's real device for <dist/device.hpp> (the NCCL backend's CUDA mapping); nullptr
+  /// where there is none (the threads backend has its simulated device, threads/device.cpp).
+  virtual DeviceImpl* device() { return nullptr; }
 };
 
 /// The backend of the calling rank (thread-local on the threads backend, process-wide under MPI/NCCL).

@@ -1,0 +1,240 @@
+// Public tests of 10_streams. Task 1: AllReduceWork's values equal the blocking all-reduce, wait()
+// orders the compute stream without blocking the host, is_completed() never blocks, synchronize()
+// blocks until the end; wait_for's host time and step time match the closed forms within 1%.
+// Task 2: the overlapped step's values equal the synchronous step, the host never blocks, and
+// the step time with and without overlap (and the time saved) match the formula within 1%.
+// Task 3: the given update without the event is reported by the race detector; yours is not.
+#include <gtest/gtest.h>
+
+#include "streams_harness.hpp"
+
+namespace {
+
+using namespace streamtest;
+using distlab::testing::contains;
+using distlab::testing::elements_near;
+using distlab::testing::expect_error;
+using distlab::testing::run_ranks;
+
+constexpr double kKernel = 1e-3;  // the kernel that writes the buffer before the all-reduce
+
+/// On every rank: a kernel of kKernel seconds writes `buf` on compute (rank-dependent values), an
+/// event orders comm after it, then the student's AllReduceWork on comm. Returns the time the
+/// all-reduce ends.
+double start_after_kernel(DeviceBuffer<float>& buf, Stream& compute, Stream& comm) {
+  const int rank = dist::rank();
+  dd::launch(compute, {"produce", kKernel, {dd::writes(buf)}}, [&] {
+    auto v = buf.span();
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<float>(rank * 3 + 1) + 0.5f * static_cast<float>(i % 5);
+  });
+  Event ready("ready");
+  ready.record(compute);
+  comm.wait_event(ready);
+  return kKernel +
+         ring_seconds(static_cast<double>(buf.bytes()), dist::world_size(), dist::NetworkModel{});
+}
+
+// ---- Task 1: AllReduceWork ----------------------------------------------------------------------
+
+void work_values(dist::ReduceOp op) {
+  for (int p = 1; p <= 4; ++p) {
+    run_ranks(threads_options(p), [&] {
+      Stream compute("compute"), comm("comm");
+      DeviceBuffer<float> buf("buf", 1000);
+      start_after_kernel(buf, compute, comm);
+      AllReduceWork work(buf, comm, op);
+      work.synchronize();
+      std::vector<float> got(buf.size()), want(buf.size());
+      dd::memcpy_async(std::span<float>(got), buf, comm);
+      comm.synchronize();
+      for (std::size_t i = 0; i < want.size(); ++i)
+        want[i] = static_cast<float>(dist::rank() * 3 + 1) + 0.5f * static_cast<float>(i % 5);
+      dist::all_reduce(std::span<float>(want), op);
+      EXPECT_TRUE(elements_near(got, want)) << "p=" << p << " rank " << dist::rank();
+    });
+  }
+}
+
+TEST(Work, ValuesEqualTheBlockingAllReduceAvg) { work_values(dist::ReduceOp::Avg); }
+TEST(Work, ValuesEqualTheBlockingAllReduceSum) { work_values(dist::ReduceOp::Sum); }
+
+TEST(Work, IsCompletedQueriesWithoutBlocking) {
+  run_ranks(threads_options(2), [&] {
+    Stream compute("compute"), comm("comm");
+    DeviceBuffer<float> buf("buf", 4096);
+    const double end = start_after_kernel(buf, compute, comm);
+    AllReduceWork work(buf, comm);
+    EXPECT_FALSE(work.is_completed()) << "the all-reduce ends at " << end * 1e3 << " ms";
+    EXPECT_EQ(dist::sim_time(), 0.0) << "is_completed() must not block the host";
+    dist::sim_compute(end * 0.99);
+    EXPECT_FALSE(work.is_completed()) << "at 99% of the all-reduce's end";
+    dist::sim_compute(end * 0.02);
+    EXPECT_TRUE(work.is_completed()) << "past the all-reduce's end";
+    EXPECT_NEAR(dist::sim_time(), end * 1.01, end * 1e-9);
+  });
+}
+
+TEST(Work, WaitOrdersTheComputeStreamWithoutBlockingTheHost) {
+  for (int p : {1, 2, 4}) {
+    run_ranks(threads_options(p), [&] {
+      Stream compute("compute"), comm("comm");
+      DeviceBuffer<float> buf("buf", 4096), out("out", 4096);
+      Event origin("origin"), end_ev("end");
+      origin.record(compute);
+      const double end = start_after_kernel(buf, compute, comm);
+      AllReduceWork work(buf, comm);
+      work.wait(compute);
+      EXPECT_EQ(dist::sim_time(), 0.0) << "wait() blocked the host (p=" << p << ")";
+      // Reading the result on compute is ordered (a missing order is a StreamRaceError).
+      dd::launch(compute, {"consume", 2e-4, {dd::reads(buf), dd::writes(out)}}, [&] {
+        auto o = out.span();
+        const auto b = buf.cspan();
+        for (std::size_t i = 0; i < o.size(); ++i) o[i] = b[i];
+      });
+      end_ev.record(compute);
+      EXPECT_EQ(dist::sim_time(), 0.0) << "the host blocked (p=" << p << ")";
+      end_ev.synchronize();
+      EXPECT_TRUE(within_1pct(dd::elapsed_seconds(origin, end_ev), end + 2e-4))
+          << "the consumer must start when the all-reduce ends (p=" << p << ")";
+    });
+  }
+}
+
+TEST(Work, SynchronizeBlocksTheHostUntilTheAllReduceEnds) {
+  for (int p : {1, 3, 4}) {
+    run_ranks(threads_options(p), [&] {
+      Stream compute("compute"), comm("comm"), other("other");
+      DeviceBuffer<float> buf("buf", 3000);
+      const double end = start_after_kernel(buf, compute, comm);
+      AllReduceWork work(buf, comm);
+      work.synchronize();
+      EXPECT_TRUE(within_1pct(dist::sim_time(), end)) << "host clock after synchronize, p=" << p;
+      EXPECT_TRUE(work.is_completed());
+      // After the host synchronized, any stream may read the result.
+      dd::launch(other, {"read", 1e-4, {dd::reads(buf)}}, [] {});
+    });
+  }
+}
+
+// ---- Task 1: wait_for ---------------------------------------------------------------------------
+
+void waiting(Strategy s, int p) {
+  const WaitingSetup w;
+  const auto o = threads_options(p);
+  const Expected e = expected_waiting(s, w, p, o.network);
+  const auto results = run_waiting(s, w, o);
+  for (int r = 0; r < p; ++r) {
+    const auto& got = results[static_cast<std::size_t>(r)];
+    EXPECT_TRUE(within_1pct(got.host_lost_s, e.lost))
+        << to_string(s) << ": host time lost, p=" << p << " rank " << r;
+    EXPECT_TRUE(within_1pct(got.step_s, e.step))
+        << to_string(s) << ": step time, p=" << p << " rank " << r;
+    const std::vector<float> want(w.floats, waiting_mean(p));
+    EXPECT_TRUE(elements_near(got.grad, want, 1e-6)) << to_string(s) << " p=" << p;
+  }
+}
+
+TEST(Waiting, SynchronizeLosesTheWholeWait) {
+  waiting(Strategy::Synchronize, 1);
+  waiting(Strategy::Synchronize, 4);
+}
+TEST(Waiting, PollLosesWholeIntervals) {
+  waiting(Strategy::Poll, 2);
+  waiting(Strategy::Poll, 4);
+}
+TEST(Waiting, StreamOrderLosesNothing) {
+  waiting(Strategy::StreamOrder, 1);
+  waiting(Strategy::StreamOrder, 4);
+}
+
+TEST(Waiting, PollingACompletedWorkLosesNothing) {
+  run_ranks(threads_options(2), [&] {
+    Stream compute("compute"), comm("comm");
+    DeviceBuffer<float> buf("buf", 256);
+    const double end = start_after_kernel(buf, compute, comm);
+    AllReduceWork work(buf, comm);
+    dist::sim_compute(end * 2);
+    EXPECT_EQ(wait_for(work, Strategy::Poll, compute, 1e-4), 0.0);
+    EXPECT_EQ(wait_for(work, Strategy::Synchronize, compute, 1e-4), 0.0);
+  });
+}
+
+// ---- Task 2: overlap ----------------------------------------------------------------------------
+
+TEST(Overlap, ValuesEqualTheSynchronousStep) {
+  const StepConfig c = small_step();
+  for (int p = 1; p <= 4; ++p) {
+    const auto want = synchronous_params(c, p, 2);
+    for (bool overlap : {true, false}) {
+      const auto got = run_steps(c, overlap, 2, threads_options(p));
+      for (int r = 0; r < p; ++r) {
+        EXPECT_TRUE(elements_near(got[static_cast<std::size_t>(r)].params, want))
+            << "p=" << p << " rank " << r << (overlap ? " with" : " without") << " overlap";
+      }
+    }
+  }
+}
+
+TEST(Overlap, TheHostNeverBlocks) {
+  const StepConfig c = small_step();
+  for (bool overlap : {true, false}) {
+    const auto got = run_steps(c, overlap, 1, threads_options(3));
+    for (const auto& r : got)
+      EXPECT_EQ(r.host_after_enqueue, 0.0) << "the host clock moved while the step was enqueued"
+                                           << (overlap ? " (overlap)" : " (no overlap)");
+  }
+}
+
+void step_time(bool overlap, int p) {
+  const StepConfig c = small_step();
+  const auto o = threads_options(p);
+  const auto got = run_steps(c, overlap, 1, o);
+  const double want = expected_step(c, p, o.network, overlap);
+  for (int r = 0; r < p; ++r)
+    EXPECT_TRUE(within_1pct(got[static_cast<std::size_t>(r)].step_s, want))
+        << (overlap ? "overlapped" : "non-overlapped") << " step, p=" << p << " rank " << r;
+}
+
+TEST(Overlap, StepTimeMatchesTheFormula) {
+  step_time(true, 2);
+  step_time(true, 4);
+}
+TEST(Overlap, NoOverlapStepTimeMatchesTheFormula) {
+  step_time(false, 2);
+  step_time(false, 4);
+}
+
+TEST(Overlap, SavedTimeMatchesTheFormula) {
+  const StepConfig c = small_step();
+  const auto o = threads_options(4);
+  const double with = run_steps(c, true, 1, o)[0].step_s;
+  const double without = run_steps(c, false, 1, o)[0].step_s;
+  const double want = expected_step(c, 4, o.network, false) - expected_step(c, 4, o.network, true);
+  ASSERT_GT(want, 0.0);
+  EXPECT_TRUE(within_1pct(without - with, want)) << "time saved by overlap";
+}
+
+// ---- Task 3: the missing event ------------------------------------------------------------------
+
+TEST(Race, TheUpdateWithoutTheEventIsReported) {
+  const StepConfig c = small_step();
+  const std::string msg = expect_error<dd::StreamRaceError>(threads_options(2), [&] {
+    StepResult r;
+    step_body(c, true, 1, r, true);
+  });
+  EXPECT_TRUE(contains(msg, "'comm'")) << msg;
+  EXPECT_TRUE(contains(msg, "'compute'")) << msg;
+  EXPECT_TRUE(contains(msg, "'grads bucket 0'")) << msg;
+}
+
+TEST(Race, OptimizerStepPassesTheDetectorAndDoesNotWaitForLaterBuckets) {
+  StepConfig c = small_step();
+  c.sgd_s_per_float = 40e-9;  // updates long enough that waiting for every bucket shows
+  const auto o = threads_options(4);
+  const auto got = run_steps(c, true, 1, o);
+  const double want = expected_step(c, 4, o.network, true);
+  EXPECT_TRUE(within_1pct(got[0].step_s, want)) << "update b starts when all-reduce b ends";
+}
+
+}  // namespace
