@@ -4,6 +4,10 @@ Steps (each counts its checks):
   build      configure + build everything with the reference solutions (the grader's solutions
              tree, default-preset settings, so later steps reuse it) and run ctest on the kit's own
              tests (everything but the graded module tests, which `solutions` runs)
+  commands   every cheap `./distlab ...` command of the README files and docs/ runs (`run` on the
+             reference built by the build step; --backend mpi under mpirun where installed), each
+             under a time limit; a failure names the file and line (grader/pydistlab/doc_commands.py,
+             whose NOT_RUN lists the commands left to other steps, each with the reason)
   tsan       fake_dist's tests under ThreadSanitizer (the grader's TSan tree)
   nccl       where the CUDA toolkit with NCCL is installed: the NCCL backend and its tests compile
              and link (its own tree); the tests run and skip, with a message, where no GPU is seen
@@ -34,13 +38,13 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .. import cmake, deps, golden, grade, manifest as mf, stubs, workspace as ws
+from .. import cmake, deps, doc_commands, golden, grade, manifest as mf, stubs, workspace as ws
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
 from . import cxxformat, release
 
-STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "mutants",
+STEPS = ["build", "commands", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "mutants",
          "lint", "format"]
 RUFF = "ruff==0.17.6"   # installed by the lint step when no ruff is on PATH
 
@@ -117,6 +121,36 @@ def step_build(t: Tally) -> None:
                 ok, detail = False, str(e)
             t.check(ok, f"{exe.name} --help answers", detail)
         _ctest(tb.build, ["-LE", "module"], None, t, "(kit tests)")
+
+
+def step_commands(t: Tally) -> None:
+    t.step("commands: the documented ./distlab commands run (README files, docs/)")
+    t0 = time.monotonic()
+    counts = {"ran": 0, "skipped": 0}
+    # The programs first (the build step has built them: then this takes a second), so that no
+    # command's time limit covers a build.
+    from . import build
+    targets = doc_commands.programs()
+    build.ensure_built("default", True, targets)
+
+    def one(cmd: doc_commands.DocCommand, o: doc_commands.Outcome, same_as: str) -> None:
+        if o.skipped:
+            counts["skipped"] += 1
+            print(f"    {cmd.where}: {o.detail}", flush=True)
+            return
+        if not same_as:
+            counts["ran"] += 1
+            line = re.sub(r"\s+#.*$", "", cmd.line)
+            print(f"    {'ok  ' if o.ok else 'FAIL'} {o.seconds:5.1f} s  {cmd.where}: {line}",
+                  flush=True)
+        t.check(o.ok, f"commands: {cmd.where}: `{cmd.line}`"
+                + (f" (as at {same_as})" if same_as else ""), o.detail)
+
+    doc_commands.run_all(one)
+    left = sum(1 for c in doc_commands.doc_commands() if doc_commands.not_run_reason(c))
+    print(f"    {counts['ran']} commands run in {time.monotonic() - t0:.0f} s; {counts['skipped']} skipped here; "
+          f"{left} left to other steps or usage patterns (NOT_RUN in grader/pydistlab/doc_commands.py)",
+          flush=True)
 
 
 def _fake_dist_targets() -> list[str]:
@@ -362,7 +396,8 @@ def main(a: argparse.Namespace) -> int:
     if unknown:
         raise DistlabError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
     t = Tally()
-    steps = {"build": step_build, "tsan": step_tsan, "nccl": step_nccl, "solutions": step_solutions,
+    steps = {"build": step_build, "commands": step_commands, "tsan": step_tsan, "nccl": step_nccl,
+             "solutions": step_solutions,
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
              "selftest": step_selftest, "mutants": step_mutants, "lint": step_lint,
              "format": step_format}
