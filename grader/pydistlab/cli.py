@@ -239,7 +239,7 @@ def parser() -> argparse.ArgumentParser:
 
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,
-                   help="comma-separated steps: build,tsan,nccl,solutions,stubs,sync,golden,release,"
+                   help="comma-separated steps: build,commands,tsan,nccl,solutions,stubs,sync,golden,release,"
                         "selftest,mutants,lint,format")
     return p
 
