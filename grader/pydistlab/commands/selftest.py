@@ -386,6 +386,11 @@ def step_format(t: Tally) -> None:
         t.check(True, "format: the kit's C++ files are formatted")
 
 
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def main(a: argparse.Namespace) -> int:
     if is_release():
         raise DistlabError("./distlab test is the kit's self-test and needs solutions/; in a student "
@@ -401,9 +406,11 @@ def main(a: argparse.Namespace) -> int:
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
              "selftest": step_selftest, "mutants": step_mutants, "lint": step_lint,
              "format": step_format}
+    times: list[tuple[str, float, float]] = []   # (step, wall s, CPU s of this process and its children)
     for name in STEPS:
         if name not in only:
             continue
+        w0, c0 = time.monotonic(), _cpu_seconds()
         try:
             steps[name](t)
         except DistlabError as e:
@@ -411,8 +418,13 @@ def main(a: argparse.Namespace) -> int:
         except Exception:  # a broken step must not hide the others
             import traceback
             t.check(False, f"step {name} crashed", traceback.format_exc())
+        times.append((name, time.monotonic() - w0, _cpu_seconds() - c0))
     elapsed = time.monotonic() - t.t0
-    print(f"\n== self-test finished in {elapsed / 60:.1f} min")
+    print(f"\n== self-test finished in {elapsed / 60:.1f} min; per step, wall and CPU seconds "
+          f"(user + system, this process and the processes it waited for; {nproc()} cores, "
+          f"load average {os.getloadavg()[0]:.1f} now):")
+    for name, wall, cpu in times:
+        print(f"  {name:<10} {wall:7.0f} s wall {cpu:7.0f} s CPU")
     if t.mutation_score is not None:
         caught, total = t.mutation_score
         print(f"mutation score: {caught}/{total} mutants caught")
