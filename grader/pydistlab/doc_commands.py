@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import manifest as mf
 from .paths import ROOT
 
 #: The seconds one documented command may take (the slowest, 06 under mpirun with 4 processes,
@@ -113,17 +114,24 @@ def runnable_argv(cmd: DocCommand, tmp: Path) -> list[str]:
     return argv
 
 
+#: The options of `./distlab run` that take a value (the module is the first other word).
+_RUN_VALUED = {"--preset", "--backend", "-n", "--np", "--hostfile"}
+
+
 def programs() -> list[str]:
     """The run_<module> targets that the documented `run` commands start."""
-    from . import cli, manifest as mf  # the CLI's own parser reads the module name
     man = mf.load()
     found: set[str] = set()
     for cmd in doc_commands():
         if cmd.argv[:1] != ["run"] or not_run_reason(cmd):
             continue
-        head = cmd.argv[:cmd.argv.index("--")] if "--" in cmd.argv else cmd.argv
-        args, _ = cli.parser().parse_known_args(head)
-        found.add(f"run_{mf.resolve_name(args.module, man.order)}")
+        words = iter(cmd.argv[1:cmd.argv.index("--")] if "--" in cmd.argv else cmd.argv[1:])
+        for w in words:
+            if w in _RUN_VALUED:
+                next(words, None)
+            elif not w.startswith("-"):
+                found.add(f"run_{mf.resolve_name(w, man.order)}")
+                break
     return sorted(found)
 
 
