@@ -18,7 +18,10 @@ Steps (each counts its checks):
   release    ./distlab release writes a repository without solutions and hidden tests
   selftest   the grader's own unittests (grader/selftest) on planted submissions
   mutants    ./distlab mutants --fast: every instructor mutant (grader/mutants/) must lose points;
-             one check per mutant, and the mutation score in the summary
+             one check per mutant, and the mutation score in the summary; two groups side by side
+             in the solutions and exercises trees of the earlier steps (no workspace built from
+             scratch), each mutant starting with the item that caught it last
+             (grader/mutants/first_catches.json)
   lint       ruff (settings in ruff.toml) on grader/ and the distlab script; ruff is taken from
              PATH or installed with pip into build/tools/ruff, and the step is skipped, saying
              why, where neither works
@@ -322,9 +325,14 @@ def step_mutants(t: Tally) -> None:
         t.check(o.caught, f"mutants: {o.module}/{o.name} is caught",
                 o.problem or f"{o.mistake}\nit scored full marks: no test observes this mistake")
 
-    # Two groups of modules side by side, each in its own workspace: a mutant is mostly one
-    # compile on one core.
-    results = mutants.run_all([], fast=True, on_result=one, groups=2)
+    # Two groups of modules side by side (a mutant is mostly one compile on one core), graded in
+    # the trees that the build, solutions and stubs steps built (the reference's, with the hidden
+    # tests and the ThreadSanitizer builds, and the stubs'), so that no workspace is built from
+    # scratch: each mutant compiles its own file and links. Modules graded under
+    # ThreadSanitizer go to the reference's tree, whose TSan build the solutions step made.
+    tsan = {m.name: 0 for m in mf.load().modules.values() if "thread" in m.sanitizers}
+    results = mutants.run_all([], fast=True, on_result=one, groups=2, workspaces=["solutions", "exercises"],
+                              pinned=tsan)
     rows = mutants.scores(results)
     for name, caught, total in rows:
         print(f"    {name}: {caught}/{total}", flush=True)
@@ -421,8 +429,9 @@ def main(a: argparse.Namespace) -> int:
         times.append((name, time.monotonic() - w0, _cpu_seconds() - c0))
     elapsed = time.monotonic() - t.t0
     print(f"\n== self-test finished in {elapsed / 60:.1f} min; per step, wall and CPU seconds "
-          f"(user + system, this process and the processes it waited for; {nproc()} cores, "
-          f"load average {os.getloadavg()[0]:.1f} now):")
+          f"(user + system of this process and the processes it waited for: what runs inside the "
+          f"sandbox's own PID namespace, the graded compiles and tests, is not counted; "
+          f"{nproc()} cores, load average {os.getloadavg()[0]:.1f} now):")
     for name, wall, cpu in times:
         print(f"  {name:<10} {wall:7.0f} s wall {cpu:7.0f} s CPU")
     if t.mutation_score is not None:
