@@ -8,38 +8,41 @@
 // then a few steps on the simulated clock with modelled compute (--gflops), with gradients
 // all-reduced after backward and with MyDP's overlap, and each rank's traffic. --trace writes the
 // Chrome trace (Perfetto, chrome://tracing) of those simulated steps: see MyDP's all-reduces run
-// under the backward spans.
+// under the backward spans. Under mpirun (./distlab run 06_data_parallel --backend mpi -n 4) the
+// same steps run on the job's processes: rank 0's process prints the log, their wall time and one
+// table of every rank's figures.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <exception>
 #include <memory>
-#include <mutex>
 
 #include "datasets/loader.hpp"
 #include "ddp.hpp"
 #include "distlab/cli.hpp"
 #include "dist/eigen.hpp"
 #include "distlab/program.hpp"
+#include "distlab/timing.hpp"
 #include "distlab/todo.hpp"
 
 namespace {
 
 struct SimResult {
-  double step_s = 0;
-  std::vector<dist::Stats> stats;
+  double step_s = 0;               // rank 0's simulated seconds per step (threads backend)
+  std::vector<dist::Stats> stats;  // every rank's traffic (gathered to rank 0)
+  std::vector<double> wall_s;      // every rank's wall seconds per step (gathered to rank 0)
 };
 
 /// Runs `steps` data-parallel steps with modelled compute; returns rank 0's simulated seconds
-/// per step and every rank's traffic.
+/// per step and every rank's traffic and wall time per step. The per-rank figures reach rank 0
+/// by a gather, so under mpirun (one rank a process) rank 0's process holds them all.
 SimResult simulate(dist::LaunchOptions launch, const mlp::Config& c, const datasets::Split& data,
                    dp::Sync mode, std::size_t cap, double flops, int steps) {
   SimResult res;
-  res.stats.resize(static_cast<std::size_t>(launch.world_size));
-  std::mutex mu;
   dist::launch(launch, [&] {
     const int rank = dist::rank();
+    const auto p = static_cast<std::size_t>(dist::world_size());
     mlp::MLP model(c, c.seed + 2 + static_cast<std::uint64_t>(rank));
     dp::ComputeModel compute(model, c.batch_size, flops);
     const dp::SyncWrapper wrapper(model, mode, cap);
@@ -50,16 +53,36 @@ SimResult simulate(dist::LaunchOptions launch, const mlp::Config& c, const datas
     dist::barrier();
     dist::reset_stats();
     const double t0 = dist::sim_time();
+    const distlab::Stopwatch sw;
     for (int s = 0; s < steps; ++s) {
       loader.load(dp::global_batch_index(s, rank, dist::world_size()), x, y);
       dp::dp_step(wrapper.sync(), model, opt, x, y, probs, dlogits, &compute);
     }
+    const double wall = sw.elapsed_s() / steps;
     const double t1 = dist::sim_time();
     const dist::Stats st = dist::stats();
-    dist::barrier();
-    std::lock_guard<std::mutex> g(mu);
-    if (rank == 0) res.step_s = (t1 - t0) / steps;
-    res.stats[static_cast<std::size_t>(rank)] = st;
+    constexpr std::size_t kFields = 5;
+    const std::vector<std::int64_t> mine{static_cast<std::int64_t>(st.messages_sent),
+                                         static_cast<std::int64_t>(st.bytes_sent),
+                                         static_cast<std::int64_t>(st.messages_received),
+                                         static_cast<std::int64_t>(st.bytes_received),
+                                         static_cast<std::int64_t>(st.builtin_collectives)};
+    std::vector<std::int64_t> all(rank == 0 ? kFields * p : 0);
+    std::vector<double> walls(rank == 0 ? p : 0);
+    dist::gather(std::span<const std::int64_t>(mine), std::span<std::int64_t>(all), 0);
+    dist::gather(std::span<const double>(&wall, 1), std::span<double>(walls), 0);
+    if (rank != 0) return;
+    res.step_s = (t1 - t0) / steps;
+    res.wall_s = walls;
+    res.stats.resize(p);
+    for (std::size_t r = 0; r < p; ++r) {
+      dist::Stats& s = res.stats[r];
+      s.messages_sent = static_cast<std::uint64_t>(all[r * kFields]);
+      s.bytes_sent = static_cast<std::uint64_t>(all[r * kFields + 1]);
+      s.messages_received = static_cast<std::uint64_t>(all[r * kFields + 2]);
+      s.bytes_received = static_cast<std::uint64_t>(all[r * kFields + 3]);
+      s.builtin_collectives = static_cast<std::uint64_t>(all[r * kFields + 4]);
+    }
   });
   return res;
 }
@@ -101,13 +124,13 @@ int main(int argc, char** argv) {
     o.sync = sync == "kit" ? dp::Sync::Kit : sync == "manual" ? dp::Sync::Manual : dp::Sync::MyDP;
     o.bucket_cap_bytes = static_cast<std::size_t>(bucket_mib * (1 << 20));
     const datasets::Split data = mlp::make_data(c);
-    // Under mpirun every process runs main(): the config is printed by rank 0's process only.
-    const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-    const char* mpi_size = std::getenv("OMPI_COMM_WORLD_SIZE");  // mpirun's size wins
-    const bool lead = mpi_rank == nullptr || std::string(mpi_rank) == "0";
+    // Under mpirun every process runs main(): rank 0's process prints the config and the
+    // tables, the job's size is the world size, and there is no simulated clock.
+    const bool lead = distlab::lead_process();
+    const bool simulated = launch.backend == dist::Backend::Threads;
+    const int p = distlab::job_size_or(launch.world_size);
     if (lead) {
-      std::printf("%sworld_size = %d\nsync = %s\n\n", mlp::describe(c).c_str(),
-                  mpi_size != nullptr ? std::atoi(mpi_size) : launch.world_size,
+      std::printf("%sworld_size = %d\nsync = %s\n\n", mlp::describe(c).c_str(), p,
                   dp::to_string(o.sync));
     }
     std::fflush(stdout);
@@ -122,45 +145,72 @@ int main(int argc, char** argv) {
       });
     });
 
-    if (launch.backend != dist::Backend::Threads) {
-      // The simulated steps and their traffic table need the simulated clock (threads backend).
-      if (lead) std::printf("\n(simulated steps and traffic: run without --backend mpi)\n");
-      return 0;
-    }
-
     const mlp::MLP shape(c, c.seed);
     const dp::StepFlops flops = dp::step_flops(shape, c.batch_size);
     const auto params = shape.parameters();
-    std::printf("\nsimulated step (compute modelled at %.0f GFLOP/s per rank, %d ranks):\n", gflops,
-                launch.world_size);
-    std::printf(
-        "  compute per rank and step : forward %.1f MFLOP, backward %.1f MFLOP\n"
-        "  (backward is less than 2x forward: the first layer, %.0f%% of the %lld "
-        "parameters, has no input gradient)\n",
-        flops.forward / 1e6, flops.backward_total() / 1e6,
-        100.0 * static_cast<double>(params.front()->numel()) /
-            static_cast<double>(shape.num_parameters()),
-        static_cast<long long>(shape.num_parameters()));
+    if (simulated) {
+      std::printf("\nsimulated step (compute modelled at %.0f GFLOP/s per rank, %d ranks):\n",
+                  gflops, p);
+    } else if (lead) {
+      std::printf(
+          "\nmeasured step (wall time on this machine, %d processes; the compute is real: "
+          "--gflops and\nthe simulated clock are the threads backend's):\n",
+          p);
+    }
+    if (lead) {
+      std::printf(
+          "  compute per rank and step : forward %.1f MFLOP, backward %.1f MFLOP\n"
+          "  (backward is less than 2x forward: the first layer, %.0f%% of the %lld "
+          "parameters, has no input gradient)\n",
+          flops.forward / 1e6, flops.backward_total() / 1e6,
+          100.0 * static_cast<double>(params.front()->numel()) /
+              static_cast<double>(shape.num_parameters()),
+          static_cast<long long>(shape.num_parameters()));
+    }
+    // simulated: rank 0's simulated time; mpirun: the slowest rank's wall time
+    auto step_ms = [simulated](const SimResult& r) {
+      if (simulated) return r.step_s * 1e3;
+      return r.wall_s.empty() ? 0.0 : *std::max_element(r.wall_s.begin(), r.wall_s.end()) * 1e3;
+    };
     const SimResult after = simulate(launch, c, data, dp::Sync::Manual, 0, gflops * 1e9, sim_steps);
-    std::printf("  all-reduce after backward : %8.3f ms\n", after.step_s * 1e3);
+    if (lead) std::printf("  all-reduce after backward : %8.3f ms\n", step_ms(after));
     launch.trace_path = trace;
     const SimResult overlap =
         simulate(launch, c, data, dp::Sync::MyDP, o.bucket_cap_bytes, gflops * 1e9, sim_steps);
-    std::printf("  MyDP, overlapped buckets  : %8.3f ms  (bucket cap %.2f MiB)\n",
-                overlap.step_s * 1e3, bucket_mib);
-    std::printf("\ntraffic per rank over %d MyDP steps:\n", sim_steps);
+    if (!lead) return 0;  // mpirun: rank 0's process holds every rank's figures
+    std::printf("  MyDP, overlapped buckets  : %8.3f ms  (bucket cap %.2f MiB)\n", step_ms(overlap),
+                bucket_mib);
+    if (simulated) {
+      std::printf("\ntraffic per rank over %d MyDP steps:\n", sim_steps);
+    } else {
+      std::printf(
+          "\nper rank over %d MyDP steps (MPI moves the built-in collectives' bytes itself: "
+          "dist counts\nthe calls, not their bytes):\n",
+          sim_steps);
+    }
     for (std::size_t r = 0; r < overlap.stats.size(); ++r) {
       const auto& s = overlap.stats[r];
-      std::printf(
-          "  rank %zu: sent %llu messages, %.2f MB | received %llu messages, %.2f MB | %llu "
-          "collectives\n",
-          r, static_cast<unsigned long long>(s.messages_sent),
-          static_cast<double>(s.bytes_sent) / 1e6,
-          static_cast<unsigned long long>(s.messages_received),
-          static_cast<double>(s.bytes_received) / 1e6,
-          static_cast<unsigned long long>(s.builtin_collectives));
+      if (simulated) {
+        std::printf(
+            "  rank %zu: sent %llu messages, %.2f MB | received %llu messages, %.2f MB | %llu "
+            "collectives\n",
+            r, static_cast<unsigned long long>(s.messages_sent),
+            static_cast<double>(s.bytes_sent) / 1e6,
+            static_cast<unsigned long long>(s.messages_received),
+            static_cast<double>(s.bytes_received) / 1e6,
+            static_cast<unsigned long long>(s.builtin_collectives));
+      } else {
+        std::printf("  rank %zu: %8.3f ms per step (wall) | %llu collectives\n", r,
+                    overlap.wall_s[r] * 1e3,
+                    static_cast<unsigned long long>(s.builtin_collectives));
+      }
     }
-    if (!trace.empty()) std::printf("\ntrace of the MyDP steps written to %s\n", trace.c_str());
+    if (!trace.empty()) {
+      std::printf(simulated ? "\ntrace of the MyDP steps written to %s\n"
+                            : "\n--trace %s: not written (a trace records the simulated clock: "
+                              "use --backend threads)\n",
+                  trace.c_str());
+    }
     return 0;
   });
 }

@@ -9,12 +9,14 @@
 // step on the simulated clock (compute modelled at --gflops per stage): its time, the measured
 // bubble fraction next to the equal-stage formula, each stage's peak stash, and a text timeline.
 // --trace FILE writes that step's Chrome trace: one track per stage with spans F<i>/B<i>, the
-// sends and receives, and a counter track of stashed bytes per stage.
+// sends and receives, and a counter track of stashed bytes per stage. Under mpirun
+// (--backend mpi) rank 0's process prints the log and the measured step's wall time, with each
+// stage's stash and traffic.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
+#include <iterator>
 #include <exception>
 #include <mutex>
 #include <stdexcept>
@@ -22,6 +24,7 @@
 #include "datasets/loader.hpp"
 #include "distlab/cli.hpp"
 #include "distlab/program.hpp"
+#include "distlab/timing.hpp"
 #include "distlab/todo.hpp"
 #include "train.hpp"
 
@@ -29,9 +32,12 @@ namespace {
 
 struct Simulated {
   std::vector<pp::StepMeasure> ranks;
+  double wall_s = 0;  // the step's wall time, barrier to barrier
 };
 
-/// One measured step (the first batch) on every rank.
+/// One measured step (the first batch) on every rank. The per-stage numbers (peak stash,
+/// traffic, busy time) reach rank 0 by a gather, so under mpirun rank 0's process holds them all;
+/// the spans and stash samples (timeline, trace) are the threads backend's, every rank here.
 Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& c,
                    const datasets::Split& data) {
   Simulated out;
@@ -45,10 +51,29 @@ Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& 
     pp::Matrix x;
     pp::Labels y;
     loader.load(0, x, y);
+    const distlab::Stopwatch sw;
     const pp::StepMeasure m =
         pp::measured_step(stage, opt, pp::Batch{x, y, c.microbatches}, c.schedule);
+    const double wall = sw.elapsed_s();
+    const double mine[] = {
+        m.busy_s, static_cast<double>(m.peak_microbatches), static_cast<double>(m.peak_bytes),
+        static_cast<double>(m.stats.messages_sent), static_cast<double>(m.stats.bytes_sent)};
+    constexpr std::size_t kFields = std::size(mine);
+    const auto p = static_cast<std::size_t>(dist::world_size());
+    std::vector<double> all(rank == 0 ? kFields * p : 0);
+    dist::gather(std::span<const double>(mine), std::span<double>(all), 0);
     std::lock_guard<std::mutex> g(mu);
     out.ranks[static_cast<std::size_t>(rank)] = m;
+    if (rank != 0) return;
+    out.wall_s = wall;
+    for (std::size_t r = 0; r < p; ++r) {
+      pp::StepMeasure& to = out.ranks[r];
+      to.busy_s = all[r * kFields];
+      to.peak_microbatches = static_cast<int>(all[r * kFields + 1]);
+      to.peak_bytes = static_cast<std::int64_t>(all[r * kFields + 2]);
+      to.stats.messages_sent = static_cast<std::uint64_t>(all[r * kFields + 3]);
+      to.stats.bytes_sent = static_cast<std::uint64_t>(all[r * kFields + 4]);
+    }
   });
   return out;
 }
@@ -144,11 +169,21 @@ int main(int argc, char** argv) {
   return distlab::run_main([&]() -> int {
     dist::LaunchOptions launch = launch_flags->resolve();
     if (stages > 0) launch.world_size = stages;
-    if (const char* job = std::getenv("OMPI_COMM_WORLD_SIZE"))
-      launch.world_size = std::atoi(job);  // mpirun's size wins
+    // Under mpirun every process runs main(): the job's size wins, rank 0's process prints the
+    // config and the tables, and there is no simulated clock.
+    launch.world_size = distlab::job_size_or(launch.world_size);
+    const bool lead = distlab::lead_process();
+    const bool simulated = launch.backend == dist::Backend::Threads;
     c.schedule = pp::schedule_from_string(schedule);
     c.cost.flops_per_s = gflops * 1e9;
     if (do_sweep) {
+      if (!simulated) {
+        // The sweep is a simulation: it runs on the threads backend, in one process.
+        if (!lead) return 0;
+        std::printf(
+            "(--sweep runs on the simulated network of the threads backend, in rank 0's "
+            "process)\n");
+      }
       sweep(launch.world_size, 64, 2, gflops, csv_path);
       return 0;
     }
@@ -157,9 +192,7 @@ int main(int argc, char** argv) {
     const std::string trace = launch.trace_path;
     launch.trace_path.clear();  // the trace covers the simulated step only
     const datasets::Split data = mlp::make_data(c.model);
-    const char* mpi_rank =
-        std::getenv("OMPI_COMM_WORLD_RANK");  // under mpirun: print from rank 0 only
-    if (mpi_rank == nullptr || std::string(mpi_rank) == "0") {
+    if (lead) {
       std::printf("%sstages = %d\nmicrobatches = %d\nschedule = %s\n\n",
                   mlp::describe(c.model).c_str(), p, c.microbatches, pp::to_string(c.schedule));
     }
@@ -174,8 +207,35 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       });
     });
-    if (launch.backend != dist::Backend::Threads)
-      return 0;  // the simulated clock is the threads backend's
+    if (!simulated) {
+      // One step measured on the job's processes: its wall time, and each stage's stash and
+      // traffic (the busy spans, bubble and timeline need the simulated clock).
+      const Simulated run = simulate(launch, c, data);
+      if (!lead) return 0;
+      std::printf(
+          "\nmeasured step (%s, p = %d, m = %d): wall time %.3f ms on this machine (the bubble "
+          "and the\ntimeline need the simulated clock: run with --backend threads)\n",
+          pp::to_string(c.schedule), p, c.schedule == pp::Schedule::Naive ? 1 : c.microbatches,
+          run.wall_s * 1e3);
+      for (int r = 0; r < p; ++r) {
+        const pp::StepMeasure& m = run.ranks[static_cast<std::size_t>(r)];
+        const pp::Range layers = pp::stage_layers(c.model.n_layers, p, r);
+        std::printf(
+            "  stage %d: layers [%d, %d) | peak stash %d microbatches, %.1f KiB | sent %llu "
+            "messages, %.1f KiB\n",
+            r, layers.begin, layers.end(), m.peak_microbatches,
+            static_cast<double>(m.peak_bytes) / 1024.0,
+            static_cast<unsigned long long>(m.stats.messages_sent),
+            static_cast<double>(m.stats.bytes_sent) / 1024.0);
+      }
+      if (!trace.empty()) {
+        std::printf(
+            "\n--trace %s: not written (a trace records the simulated clock: use "
+            "--backend threads)\n",
+            trace.c_str());
+      }
+      return 0;
+    }
 
     launch.trace_path = trace;
     const Simulated sim = simulate(launch, c, data);

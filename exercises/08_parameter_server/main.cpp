@@ -11,59 +11,75 @@
 // modes with the same straggler; --sweep prints the simulated time of one synchronous step vs
 // the number of workers for one server, k servers and the ring all-reduce (06), with the
 // formulas. --csv FILE writes what --compare and --sweep measured (for `./distlab bench ps`).
-// --trace FILE writes the run's Chrome trace (the server's link is the hot spot).
+// --trace FILE writes the run's Chrome trace (the server's link is the hot spot). Under mpirun
+// (--backend mpi) the modes run on the job's processes and report wall time; rank 0's process
+// prints.
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <stdexcept>
 
 #include "distlab/cli.hpp"
 #include "distlab/program.hpp"
+#include "distlab/timing.hpp"
 #include "distlab/todo.hpp"
 #include "train.hpp"
 
 namespace {
 
 struct Outcome {
-  ps::RunResult result;
-  double time_to_target = -1;  // simulated seconds; -1: not reached
+  ps::RunResult result;        // sim_s: simulated seconds, or wall seconds under mpirun
+  double time_to_target = -1;  // the same clock; -1: not reached
 };
 
+/// Trains in one mode. simulated: times on the simulated clock (threads backend); otherwise
+/// (mpirun, one rank a process) wall time. The run's time and the time to the target loss reach
+/// rank 0 by all-reduces (the log lives on the rank that evaluates: a worker in sync mode).
 Outcome run_mode(dist::LaunchOptions launch, const ps::PSConfig& c, const datasets::Split& data,
-                 float target, bool print) {
+                 float target, bool print, bool simulated) {
   Outcome out;
   std::mutex mu;
   dist::launch(launch, [&] {
+    const distlab::Stopwatch sw;
+    std::vector<double> wall_at;  // this rank's wall seconds at each of its log points
     ps::RunResult r = ps::train_ps(c, data, [&](const ps::LogPoint& p) {
+      wall_at.push_back(sw.elapsed_s());
       if (print) {
-        std::printf("gradients %6d | sim time %9.3f ms | test_loss %.4f\n", p.gradients,
-                    p.sim_s * 1e3, p.test_loss);
+        std::printf("gradients %6d | %s %9.3f ms | test_loss %.4f\n", p.gradients,
+                    simulated ? "sim time " : "wall time",
+                    (simulated ? p.sim_s : wall_at.back()) * 1e3, p.test_loss);
         std::fflush(stdout);
       }
     });
+    double times[2] = {simulated ? r.sim_s : sw.elapsed_s(), INFINITY};  // run (max), target (min)
+    for (std::size_t i = 0; i < r.log.size(); ++i) {
+      if (r.log[i].test_loss <= target) {
+        times[1] = simulated ? r.log[i].sim_s : wall_at[i];
+        break;
+      }
+    }
+    dist::all_reduce(std::span<double>(times, 1), dist::ReduceOp::Max);
+    dist::all_reduce(std::span<double>(times + 1, 1), dist::ReduceOp::Min);
     std::lock_guard<std::mutex> g(mu);
     if (!r.log.empty()) out.result.log = r.log;
     if (dist::rank() == 0) {
       out.result.server = r.server;
       out.result.weights = r.weights;
-      out.result.sim_s = r.sim_s;
+      out.result.sim_s = simulated ? r.sim_s : times[0];
+      out.time_to_target = std::isinf(times[1]) ? -1 : times[1];
     }
   });
-  for (const auto& p : out.result.log) {
-    if (p.test_loss <= target) {
-      out.time_to_target = p.sim_s;
-      break;
-    }
-  }
   return out;
 }
 
-void print_outcome(const ps::PSConfig& c, int workers, const Outcome& o, float target) {
-  std::printf("simulated time for %d gradients: %.3f ms\n", c.gradients(workers),
-              o.result.sim_s * 1e3);
+void print_outcome(const ps::PSConfig& c, int workers, const Outcome& o, float target,
+                   bool simulated) {
+  const char* clock = simulated ? "simulated time" : "wall time";
+  std::printf("%s for %d gradients: %.3f ms\n", clock, c.gradients(workers), o.result.sim_s * 1e3);
   if (o.time_to_target >= 0) {
-    std::printf("simulated time to test_loss <= %.3f: %.3f ms\n", target, o.time_to_target * 1e3);
+    std::printf("%s to test_loss <= %.3f: %.3f ms\n", clock, target, o.time_to_target * 1e3);
   } else {
     std::printf("test_loss <= %.3f not reached (at the log points)\n", target);
   }
@@ -119,6 +135,19 @@ int main(int argc, char** argv) {
 
   return distlab::run_main([&]() -> int {
     dist::LaunchOptions launch = launch_flags->resolve();
+    // Under mpirun every process runs main(): the job's size wins, rank 0's process prints the
+    // config and the outcome, and times are wall times (there is no simulated clock).
+    launch.world_size = distlab::job_size_or(launch.world_size);
+    const bool lead = distlab::lead_process();
+    const bool simulated = launch.backend == dist::Backend::Threads;
+    if (!simulated && !csv_path.empty()) {
+      if (lead) {
+        std::fprintf(stderr,
+                     "run_08_parameter_server: --csv records the simulated clock: use --backend "
+                     "threads for it\n");
+      }
+      return 2;
+    }
     c.mode = mode == "sync" ? ps::Mode::Sync : mode == "async" ? ps::Mode::Async : ps::Mode::Ssp;
     c.compute_s = compute_ms * 1e-3;
     std::FILE* csv = nullptr;
@@ -139,15 +168,24 @@ int main(int argc, char** argv) {
         cm.mode = m;
         cm.validate(launch.world_size);
         const ps::Layout layout = cm.layout(launch.world_size);
-        std::printf("%smode = %s\nworld_size = %d (%d server(s), %d workers)\n",
-                    compare ? "\n" : mlp::describe(cm.model).c_str(), ps::to_string(m),
-                    launch.world_size, layout.servers, layout.workers());
-        if (m == ps::Mode::Ssp) std::printf("staleness bound = %d\n", cm.staleness);
-        std::printf("compute per gradient = %.3f ms (last worker x %.1f), parameters = %zu\n\n",
-                    compute_ms, cm.straggler, n);
+        if (lead) {
+          std::printf("%smode = %s\nworld_size = %d (%d server(s), %d workers)\n",
+                      compare ? "\n" : mlp::describe(cm.model).c_str(), ps::to_string(m),
+                      launch.world_size, layout.servers, layout.workers());
+          if (m == ps::Mode::Ssp) std::printf("staleness bound = %d\n", cm.staleness);
+          if (simulated) {
+            std::printf("compute per gradient = %.3f ms (last worker x %.1f), parameters = %zu\n\n",
+                        compute_ms, cm.straggler, n);
+          } else {
+            std::printf(
+                "compute per gradient: real (--compute-ms and --straggler charge the simulated "
+                "clock only),\nparameters = %zu\n\n",
+                n);
+          }
+        }
         std::fflush(stdout);
-        const Outcome o = run_mode(launch, cm, data, target, true);
-        print_outcome(cm, layout.workers(), o, target);
+        const Outcome o = run_mode(launch, cm, data, target, true, simulated);
+        if (lead) print_outcome(cm, layout.workers(), o, target, simulated);
         if (csv) {
           for (const auto& p : o.result.log) {
             std::fprintf(csv, "loss,%s,%.9g,%.6g\n", ps::to_string(m), p.sim_s, p.test_loss);
@@ -156,6 +194,13 @@ int main(int argc, char** argv) {
       }
     }
 
+    if (sweep && !simulated) {
+      // The sweep is a simulation: it runs on the threads backend, in rank 0's process.
+      if (!lead) return 0;
+      std::printf(
+          "\n(--sweep runs on the simulated network of the threads backend, in rank 0's "
+          "process)\n");
+    }
     if (sweep) {
       const dist::NetworkModel net = launch.network;
       std::printf(

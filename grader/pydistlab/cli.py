@@ -234,12 +234,15 @@ def parser() -> argparse.ArgumentParser:
     mu.add_argument("--groups", type=int, default=1,
                     help="grade this many groups of modules side by side, each in its own workspace "
                          "(build/grade/mutants-<i>/); default 1: one after another in build/grade/mutants/")
+    mu.add_argument("--save-first-catches", action="store_true",
+                    help="record each caught mutant's first catching item in grader/mutants/first_catches.json "
+                         "(later runs start with it)")
     mu.add_argument("--workspace", default="mutants", help=argparse.SUPPRESS)
     mu.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one JSON line per mutant
 
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,
-                   help="comma-separated steps: build,tsan,nccl,solutions,stubs,sync,golden,release,"
+                   help="comma-separated steps: build,commands,tsan,nccl,solutions,stubs,sync,golden,release,"
                         "selftest,mutants,lint,format")
     return p
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -290,7 +291,9 @@ def _run_items(jobs: list[Job], workers: int, say: ws.Progress,
 def _test_jobs(results: list[ModuleResult], bin_dir: Path, cwd: Path, hidden: bool,
                factor: float = 1.0, env: dict[str, str] | None = None,
                status: sandbox.Status | None = None, tsan: bool = False,
-               only: set[tuple[str, str]] | None = None) -> list[Job]:
+               only: set[tuple[str, str]] | None = None, first: Sequence[str] = ()) -> list[Job]:
+    """The test processes to run, in manifest order except that the items named in `first` come
+    first (in that order)."""
     jobs: list[Job] = []
     for res in results:
         jail = sandbox.jail_for(status, res.module, cwd, tsan) if status is not None else None
@@ -299,19 +302,23 @@ def _test_jobs(results: list[ModuleResult], bin_dir: Path, cwd: Path, hidden: bo
                 continue
             jobs.append((res, item, bin_dir / res.module.binary_for(item), item.timeout_s * factor,
                          dict(env or {}, DISTLAB_ROOT=str(cwd)), cwd, jail))
-    return jobs
+    rank = {name: i for i, name in enumerate(first)}
+    return sorted(jobs, key=lambda j: rank.get(j[1].name, len(rank)))   # stable: the rest in order
 
 
 # ---- one grading run ------------------------------------------------------------------------
 
 def grade(module_names: list[str], mode: Mode, submission_path: Path | None = None,
           hidden: bool = False, jobs: int = 0, quiet: bool = False, tree_prefix: str = "",
-          sandbox_mode: str = "auto", stop_early: bool = False, sanitize: str = "") -> GradeRun:
+          sandbox_mode: str = "auto", stop_early: bool = False, sanitize: str = "",
+          first: Sequence[str] = ()) -> GradeRun:
     """Grades and returns the results (writing no report). sandbox_mode: sandbox.probe().
     stop_early (`./distlab mutants --fast`): once an item fails, the items not yet started are not
     run (reason NOT_RUN) and the ThreadSanitizer build is skipped: the score is then only a lower
     bound. sanitize="address": the tests are built and run under AddressSanitizer and
-    UndefinedBehaviorSanitizer instead (no ThreadSanitizer run)."""
+    UndefinedBehaviorSanitizer instead (no ThreadSanitizer run). first: item names to run before
+    the others (the mutants' known first catches: with stop_early, a mutant then stops after one
+    item when that item still catches it)."""
     t_start = time.monotonic()
     mode = Mode(mode)
     say = ws.Progress(quiet)
@@ -412,7 +419,7 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
             say(f"running tests of {', '.join(built) or 'no module'}"
                 f"{' under AddressSanitizer and UBSan' if sanitize else ''}")
             plain = _run_items(_test_jobs([results[n] for n in built], build_dir / "bin", tb.src, hidden,
-                                          factor, env, status=box, tsan=bool(sanitize)),
+                                          factor, env, status=box, tsan=bool(sanitize), first=first),
                                workers, say, stop_early=stop_early)
             tsan_mods = [n for n in built if "thread" in results[n].module.sanitizers and not sanitize]
             if stop_early:   # a module that already failed an item needs no ThreadSanitizer run
@@ -430,7 +437,7 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
             tsan_env = {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1 report_signal_unsafe=0"}
             tsan = _run_items(_test_jobs([results[n] for n in tsan_built], tb.tsan_build / "bin", tb.src,
                                          hidden, TSAN_TIMEOUT_FACTOR, tsan_env, status=box, tsan=True,
-                                         only=passed_plain),
+                                         only=passed_plain, first=first),
                               workers, say, tag=" [tsan]", stop_early=stop_early)
         for n in built:
             res = results[n]

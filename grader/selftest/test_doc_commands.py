@@ -2,10 +2,10 @@
 
 Cheap (nothing is built or run): each command line of a code block is parsed with the CLI's own
 parser, its module names must be modules of the manifest, and a `run MODULE --backend mpi|nccl`
-must name a program that takes --backend (its main.cpp adds the launch flags) and does not
-refuse any backend but threads. A renamed flag or
-command, a module that was renamed, or an example that cannot work then fails here instead of
-in a student's terminal.
+must name a program that takes --backend (its main.cpp adds the launch flags). A renamed flag or
+command, or a module that was renamed, then fails here instead of in a student's terminal. The
+self-test's `commands` step runs them (grader/pydistlab/doc_commands.py); the tests below also
+check that its list of commands it leaves out matches the docs and that a failing command fails.
 
 Run: python3 -m unittest discover -s grader/selftest -p 'test_doc_commands.py' -v
 """
@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import re
-import shlex
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -23,43 +22,17 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "grader"))
 
-from pydistlab import cli, manifest as mf  # noqa: E402
-
-#: Commands that only parse in the instructors' kit are still checked here (this is the kit).
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-        *sorted((ROOT / "exercises").glob("*/README.md"))]
-
-
-def doc_commands() -> list[tuple[str, str]]:
-    """(where, command line) for every `./distlab ...` line inside a fenced code block."""
-    found: list[tuple[str, str]] = []
-    for doc in DOCS:
-        inside = False
-        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.lstrip().startswith("```"):
-                inside = not inside
-                continue
-            text = line.strip()
-            if inside and text.startswith("./distlab "):
-                found.append((f"{doc.relative_to(ROOT)}:{number}", text))
-    return found
-
-
-def words(line: str) -> list[str]:
-    """The arguments of a documented command: comments and [optional] parts dropped."""
-    line = re.sub(r"\s#.*$", "", line)
-    line = re.sub(r"\[[^\]]*\]", "", line)
-    return shlex.split(line)[1:]
+from pydistlab import cli, doc_commands as dc, manifest as mf  # noqa: E402
 
 
 class DocCommands(unittest.TestCase):
     def test_every_documented_command_parses(self) -> None:
         man = mf.load()
-        commands = doc_commands()
+        commands = dc.doc_commands()
         self.assertGreater(len(commands), 10)
-        for where, line in commands:
-            argv = words(line)
-            if any(w.isupper() or "..." in w for w in argv):
+        for c in commands:
+            where, line, argv = c.where, c.line, c.argv
+            if c.is_pattern:
                 continue   # a usage pattern (MODULE, FILE.png, ...), not an example
             with self.subTest(where=where, command=line):
                 after = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -86,8 +59,31 @@ class DocCommands(unittest.TestCase):
                         text = main.read_text(encoding="utf-8")
                         self.assertTrue("add_launch_options" in text,
                                         f"{where}: `{line}`: {module}'s program has no --backend flag")
-                        self.assertFalse("use --backend threads" in text,
-                                         f"{where}: `{line}`: {module}'s program runs on threads only")
+
+    def test_not_run_list_matches_the_docs(self) -> None:
+        """Each entry of NOT_RUN leaves out a documented command (no stale entry), and every
+        documented `run`, `hint` and `doctor` example is run."""
+        commands = [c for c in dc.doc_commands() if not c.is_pattern]
+        for key in dc.NOT_RUN:
+            with self.subTest(key=key):
+                self.assertTrue(any(" ".join(c.argv) == key or " ".join(c.argv).startswith(key + " ")
+                                    for c in commands), f"NOT_RUN[{key!r}] matches no documented command")
+        for c in commands:
+            if c.argv[0] in ("run", "hint", "doctor"):
+                self.assertEqual(dc.not_run_reason(c), "", f"{c.where}: `{c.line}` is not run")
+
+    def test_a_failing_command_fails(self) -> None:
+        """A documented command that fails (here: a hint for a function that does not exist) is
+        reported as failed, with its exit status and output; `run` gets --solutions."""
+        bad = dc.DocCommand("README.md:1", "./distlab hint 03_collectives no_such_function",
+                            ["hint", "03_collectives", "no_such_function"])
+        with tempfile.TemporaryDirectory() as tmp:
+            o = dc.run_one(bad, Path(tmp), cap_s=60)
+        self.assertFalse(o.ok)
+        self.assertIn("exit status", o.detail)
+        run = dc.DocCommand("x.md:2", "./distlab run 05_mlp -- --bench 3", ["run", "05_mlp", "--", "--bench", "3"])
+        self.assertEqual(dc.runnable_argv(run, Path("/t")), ["run", "--solutions", "05_mlp", "--", "--bench", "3"])
+        self.assertEqual(dc.same_key(["run", "--solutions", "05_mlp"]), dc.same_key(["run", "05_mlp", "--solutions"]))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 // backend and prints the simulated time (the alpha-beta clock), the wall time, the bytes the
 // busiest rank sent, and which algorithm wins where. A function that is still a stub shows as
 // "not implemented". --network two-level shows how topology changes the winner; --csv writes the
-// rows that `./distlab bench collectives --plot` draws.
+// rows that `./distlab bench collectives --plot` draws. Under mpirun (--backend mpi) the calls
+// run on the job's processes and the table gives their wall time and traffic instead.
 //
 //   run_03_collectives                          world sizes 2 4 8 16, sizes 4 KiB .. 16 MiB
 //   run_03_collectives -n 8 --network two-level --ranks-per-node 4
@@ -23,6 +24,7 @@
 #include "collectives.hpp"
 #include "dist/dist.hpp"
 #include "distlab/cli.hpp"
+#include "distlab/program.hpp"
 #include "distlab/timing.hpp"
 
 namespace {
@@ -118,42 +120,49 @@ std::string short_error(const std::string& what) {
   return "error: " + s;
 }
 
-/// Runs one algorithm at one world size over every size, in one launch.
+/// Runs one algorithm at one world size over every size, in one launch. Each rank measures its
+/// own call; the figures reach rank 0 through an all-reduce (max over ranks), so the same code
+/// serves the threads backend (every rank in this process) and mpirun (one rank per process:
+/// only rank 0's process holds the rows).
 std::vector<Row> measure(const Algorithm& alg, dist::LaunchOptions opts, int p,
                          const std::vector<std::size_t>& sizes) {
   opts.world_size = p;
-  const auto np = static_cast<std::size_t>(p);
-  std::vector<double> sim(np * sizes.size()), wall(sizes.size());
-  std::vector<std::uint64_t> sent(np * sizes.size());
+  const std::size_t ns = sizes.size();
+  // Per size: simulated seconds, wall seconds, bytes sent (max over ranks).
+  std::vector<double> sim(ns), wall(ns), sent(ns);
   std::vector<Row> rows;
   std::string status;
   try {
     dist::launch(opts, [&] {
-      const auto me = static_cast<std::size_t>(dist::rank());
       Buffers bufs;
-      for (std::size_t k = 0; k < sizes.size(); ++k) {
+      std::vector<double> mine(3 * ns);
+      for (std::size_t k = 0; k < ns; ++k) {
         alg.setup(bufs, floats_for(sizes[k], p), p);
         dist::barrier();
         dist::reset_stats();
         const double t0 = dist::sim_time();
         distlab::Stopwatch sw;
         alg.run(bufs);
-        sim[k * np + me] = dist::sim_time() - t0;
-        sent[k * np + me] = dist::stats().bytes_sent;
+        mine[k] = dist::sim_time() - t0;
+        mine[2 * ns + k] = static_cast<double>(dist::stats().bytes_sent);
         dist::barrier();
-        if (me == 0) wall[k] = sw.elapsed_s();
+        mine[ns + k] = sw.elapsed_s();  // until the slowest rank is done
+      }
+      dist::all_reduce(std::span<double>(mine), ReduceOp::Max);
+      if (dist::rank() == 0) {
+        std::copy_n(mine.begin(), ns, sim.begin());
+        std::copy_n(mine.begin() + static_cast<std::ptrdiff_t>(ns), ns, wall.begin());
+        std::copy_n(mine.begin() + static_cast<std::ptrdiff_t>(2 * ns), ns, sent.begin());
       }
     });
   } catch (const std::exception& e) {
     status = short_error(e.what());
   }
-  for (std::size_t k = 0; k < sizes.size(); ++k) {
+  for (std::size_t k = 0; k < ns; ++k) {
     Row r{alg.collective, alg.name, p, floats_for(sizes[k], p) * sizeof(float), 0, 0, 0, status};
     if (status.empty()) {
-      r.sim_s = *std::max_element(sim.begin() + static_cast<std::ptrdiff_t>(k * np),
-                                  sim.begin() + static_cast<std::ptrdiff_t>((k + 1) * np));
-      r.sent_per_rank = *std::max_element(sent.begin() + static_cast<std::ptrdiff_t>(k * np),
-                                          sent.begin() + static_cast<std::ptrdiff_t>((k + 1) * np));
+      r.sim_s = sim[k];
+      r.sent_per_rank = static_cast<std::uint64_t>(sent[k]);
       r.wall_s = wall[k];
     }
     rows.push_back(r);
@@ -198,12 +207,21 @@ std::string describe(const dist::NetworkModel& m) {
   return os.str();
 }
 
+/// One collective's table. simulated: rank by the simulated clock (threads backend); otherwise
+/// (mpirun) there is no simulated clock and the wall time of this machine ranks them.
 void print_collective(const std::string& collective, const std::vector<Row>& rows,
-                      const std::vector<int>& world_sizes, const std::vector<std::size_t>& sizes) {
+                      const std::vector<int>& world_sizes, const std::vector<std::size_t>& sizes,
+                      bool simulated) {
+  const auto time_of = [simulated](const Row* r) { return simulated ? r->sim_s : r->wall_s; };
   std::printf("\n== %s ==\n", collective.c_str());
-  std::printf("%5s %10s  %-12s %12s %12s %12s\n", "ranks", "size", "algorithm", "sim time",
-              "wall time", "sent/rank");
-  // winner[(p, size)] = algorithm with the least simulated time
+  if (simulated) {
+    std::printf("%5s %10s  %-12s %12s %12s %12s\n", "ranks", "size", "algorithm", "sim time",
+                "wall time", "sent/rank");
+  } else {
+    std::printf("%5s %10s  %-12s %12s %12s\n", "ranks", "size", "algorithm", "wall time",
+                "sent/rank");
+  }
+  // winner[(p, size)] = algorithm with the least time
   std::map<std::pair<int, std::size_t>, std::string> winner;
   for (int p : world_sizes) {
     for (std::size_t k = 0; k < sizes.size(); ++k) {
@@ -216,11 +234,11 @@ void print_collective(const std::string& collective, const std::vector<Row>& row
       }
       const Row* best = nullptr;
       for (const Row* r : group) {
-        if (r->status.empty() && (best == nullptr || r->sim_s < best->sim_s)) best = r;
+        if (r->status.empty() && (best == nullptr || time_of(r) < time_of(best))) best = r;
       }
       // Algorithms within 0.5% of the best tie (e.g. every algorithm at 2 ranks).
       auto ties = [&](const Row* r) {
-        return best && r->status.empty() && r->sim_s <= best->sim_s * 1.005;
+        return best && r->status.empty() && time_of(r) <= time_of(best) * 1.005;
       };
       if (best) {
         // Name the one student algorithm that ties only with the built-in (same algorithm).
@@ -232,9 +250,13 @@ void print_collective(const std::string& collective, const std::vector<Row>& row
       }
       for (const Row* r : group) {
         if (r->status.empty()) {
-          std::printf("%5d %10s  %-12s %12s %12s %12s%s\n", p, fmt_bytes(double(r->bytes)).c_str(),
-                      r->algorithm.c_str(), fmt_time(r->sim_s).c_str(), fmt_time(r->wall_s).c_str(),
-                      fmt_bytes(double(r->sent_per_rank)).c_str(), ties(r) ? "  <- fastest" : "");
+          std::printf("%5d %10s  %-12s %12s", p, fmt_bytes(double(r->bytes)).c_str(),
+                      r->algorithm.c_str(), fmt_time(time_of(r)).c_str());
+          if (simulated) std::printf(" %12s", fmt_time(r->wall_s).c_str());
+          // Under mpirun MPI moves the built-ins' bytes itself, out of dist's counters.
+          const bool uncounted = !simulated && r->algorithm == "built-in";
+          std::printf(" %12s%s\n", uncounted ? "-" : fmt_bytes(double(r->sent_per_rank)).c_str(),
+                      ties(r) ? "  <- fastest" : "");
         } else {
           std::printf("%5d %10s  %-12s %s\n", p, fmt_bytes(double(r->bytes)).c_str(),
                       r->algorithm.c_str(), r->status.c_str());
@@ -242,7 +264,8 @@ void print_collective(const std::string& collective, const std::vector<Row>& row
       }
     }
   }
-  std::printf("fastest (simulated; tie = several within 0.5%%):\n%8s", "ranks");
+  std::printf("fastest (%s; tie = several within 0.5%%):\n%8s",
+              simulated ? "simulated" : "wall time on this machine", "ranks");
   for (std::size_t s : sizes) std::printf(" %11s", fmt_bytes(double(s)).c_str());
   std::printf("\n");
   for (int p : world_sizes) {
@@ -273,16 +296,31 @@ int main(int argc, char** argv) {
 
   try {
     dist::LaunchOptions opts = flags->resolve();
-    if (opts.backend != dist::Backend::Threads) {
-      std::fprintf(stderr, "run_03_collectives compares simulated times: use --backend threads\n");
+    // Under mpirun every process runs main(): one rank each, the job's size, no simulated clock.
+    // The calls run and their wall time and traffic are measured; rank 0's process prints.
+    const bool simulated = opts.backend == dist::Backend::Threads;
+    const bool lead = distlab::lead_process();
+    if (opts.backend == dist::Backend::Nccl) {
+      std::fprintf(stderr,
+                   "run_03_collectives passes host buffers, which NCCL cannot take: use "
+                   "--backend threads or mpi\n");
       return 2;
     }
     const std::string trace = opts.trace_path;
     opts.trace_path.clear();  // one trace of one launch, written at the end
+    if (!simulated && (!trace.empty() || !csv_path.empty())) {
+      if (lead) {
+        std::fprintf(stderr,
+                     "run_03_collectives: --trace and --csv record the simulated clock: use "
+                     "--backend threads for them\n");
+      }
+      return 2;
+    }
 
     std::vector<int> world_sizes =
         full ? std::vector<int>{2, 3, 4, 6, 8, 12, 16} : std::vector<int>{2, 4, 8, 16};
     if (app.count("--world-size") > 0) world_sizes = {flags->world_size};
+    if (!simulated) world_sizes = {distlab::job_size_or(flags->world_size)};
     std::vector<std::size_t> sizes;
     for (std::size_t s = 4096; s <= (16u << 20); s *= full ? 4 : 16) sizes.push_back(s);
 
@@ -299,11 +337,21 @@ int main(int argc, char** argv) {
       return 2;
     }
 
-    std::printf(
-        "03_collectives: simulated time = the alpha-beta clock of the threads backend;\n"
-        "sent/rank = bytes sent by the busiest rank; sizes are the whole vector (gather,\n"
-        "all-gather: the output; reduce-scatter: the input). Root/destination: rank 0.\n%s\n",
-        describe(opts.network).c_str());
+    if (simulated) {
+      std::printf(
+          "03_collectives: simulated time = the alpha-beta clock of the threads backend;\n"
+          "sent/rank = bytes sent by the busiest rank; sizes are the whole vector (gather,\n"
+          "all-gather: the output; reduce-scatter: the input). Root/destination: rank 0.\n%s\n",
+          describe(opts.network).c_str());
+    } else if (lead) {
+      std::printf(
+          "03_collectives under mpirun, %d processes: wall time of one call (the slowest rank;\n"
+          "no simulated clock here: run with --backend threads for simulated times);\n"
+          "sent/rank = bytes sent by the busiest rank (built-ins: -, MPI moves their bytes\n"
+          "itself); sizes are the whole vector (gather, all-gather: the output;\n"
+          "reduce-scatter: the input). Root/destination: rank 0.\n",
+          world_sizes.front());
+    }
     std::vector<Row> rows;
     for (const auto& a : algs) {
       for (int p : world_sizes) {
@@ -316,7 +364,8 @@ int main(int argc, char** argv) {
       if (std::find(order.begin(), order.end(), a.collective) == order.end())
         order.push_back(a.collective);
     }
-    for (const auto& c : order) print_collective(c, rows, world_sizes, sizes);
+    if (!lead) return 0;  // mpirun: rank 0's process holds the rows and prints them
+    for (const auto& c : order) print_collective(c, rows, world_sizes, sizes, simulated);
 
     if (!csv_path.empty()) {
       std::ofstream out(csv_path);

@@ -10,6 +10,7 @@
 //   ./distlab run 04_matmul                          the default sweep (about 10-20 s)
 //   ./distlab run -n 6 04_matmul                     p = 1 and 6 only
 //   run_04_matmul --shapes square --world-sizes 1,4,9 --scale 2 --network two-level
+//   ./distlab run 04_matmul --backend mpi -n 4       under mpirun: p = 4, wall time and C only
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -17,12 +18,12 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "dist/dist.hpp"
 #include "distlab/cli.hpp"
+#include "distlab/program.hpp"
 #include "distlab/timing.hpp"
 #include "matmul.hpp"
 
@@ -120,13 +121,15 @@ Result run_one(const Strategy& st, const dist::LaunchOptions& base, int p, const
   Result res;
   dist::LaunchOptions o = base;
   o.world_size = p;
-  std::mutex mu;
   std::vector<double> walls;
   try {
+    // Each rank measures its own calls; the largest figures reach rank 0 by an all-reduce, so
+    // this runs on the threads backend (every rank here) and under mpirun (one rank a process).
     dist::launch(o, [&] {
       const bool root = dist::rank() == 0;
       const Eigen::MatrixXf empty;
       Eigen::MatrixXf C;
+      double sim_max = 0, bytes = 0;
       for (int it = 0; it <= repeats; ++it) {  // iteration 0 warms up
         dist::barrier();
         dist::reset_stats();
@@ -137,18 +140,16 @@ Result run_one(const Strategy& st, const dist::LaunchOptions& base, int p, const
         const dist::Stats stt = dist::stats();
         dist::barrier();  // wall time: until the slowest rank is done
         const double wall = sw.elapsed_s();
-        std::lock_guard<std::mutex> lock(mu);
-        const double bytes = static_cast<double>(stt.bytes_sent + stt.bytes_received);
-        res.sim_s = std::max(it == 0 ? 0.0 : res.sim_s, sim);
-        if (root) {
-          res.rank0_bytes = bytes;
-          if (it > 0) walls.push_back(wall);
-        } else {
-          res.other_max_bytes = std::max(res.other_max_bytes, bytes);
-        }
+        bytes = static_cast<double>(stt.bytes_sent + stt.bytes_received);
+        if (it > 0) sim_max = std::max(sim_max, sim);
+        if (root && it > 0) walls.push_back(wall);
       }
+      std::vector<double> most{sim_max, root ? 0.0 : bytes};  // over ranks: max
+      dist::all_reduce(std::span<double>(most), dist::ReduceOp::Max);
       if (root) {
-        std::lock_guard<std::mutex> lock(mu);
+        res.sim_s = most[0];
+        res.other_max_bytes = most[1];
+        res.rank0_bytes = bytes;
         res.max_err = (C.rows() == want.rows() && C.cols() == want.cols())
                           ? static_cast<double>((C - want).cwiseAbs().maxCoeff())
                           : INFINITY;
@@ -160,6 +161,25 @@ Result run_one(const Strategy& st, const dist::LaunchOptions& base, int p, const
     res.error = e.what();
   }
   return res;
+}
+
+/// Under mpirun: the median wall time of A*B in rank 0's process while the other ranks wait in a
+/// barrier (their polled waits sleep, so they leave the cores to it): the speedup's reference.
+double one_process_product(const dist::LaunchOptions& o, const Eigen::MatrixXf& A,
+                           const Eigen::MatrixXf& B, int repeats) {
+  std::vector<double> walls;
+  dist::launch(o, [&] {
+    dist::barrier();
+    if (dist::rank() == 0) {
+      for (int it = 0; it <= repeats; ++it) {  // iteration 0 warms up
+        distlab::Stopwatch sw;
+        const Eigen::MatrixXf C = A * B;
+        if (it > 0) walls.push_back(sw.elapsed_s());
+      }
+    }
+    dist::barrier();
+  });
+  return distlab::median(walls);
 }
 
 std::vector<int> parse_list(const std::string& text) {
@@ -209,11 +229,17 @@ int main(int argc, char** argv) {
     std::cerr << "run_04_matmul: " << e.what() << "\n";
     return 2;
   }
-  if (base.backend != dist::Backend::Threads) {
-    std::cerr << "run_04_matmul sweeps world sizes, which only the threads backend can do; "
-                 "under mpirun run the tests instead\n";
+  // Under mpirun every process runs main(): the job's size is the only p, there is no simulated
+  // clock and MPI moves the built-in collectives' bytes itself (dist counts none), so the table
+  // gives the wall time and whether C is right; rank 0's process prints.
+  const bool simulated = base.backend == dist::Backend::Threads;
+  const bool lead = distlab::lead_process();
+  if (base.backend == dist::Backend::Nccl) {
+    std::cerr << "run_04_matmul multiplies host matrices, which NCCL cannot take: use --backend "
+                 "threads or mpi\n";
     return 2;
   }
+  if (!simulated) ps = {distlab::job_size_or(flags->world_size)};
 
   const std::vector<Strategy> all_strategies = {{"rows", matmul::matmul_by_rows},
                                                 {"cols", matmul::matmul_by_cols},
@@ -226,14 +252,23 @@ int main(int argc, char** argv) {
       {"deep", "long reduction (a weight gradient X^T dY)", 256, 6144, 256}};
 
   const dist::NetworkModel& net = base.network;
-  std::printf(
-      "04_matmul: network alpha = %.1f us, bandwidth = %.1f GB/s%s; local products "
-      "single-threaded\n",
-      net.latency_s * 1e6, net.bandwidth_Bps / 1e9,
-      net.ranks_per_node > 0 ? " (two-level: model column assumes flat)" : "");
-  std::printf(
-      "bytes = sent + received on one rank; sim = simulated communication time; model = "
-      "alpha-beta cost of the plan; wall = whole call\n");
+  if (simulated) {
+    std::printf(
+        "04_matmul: network alpha = %.1f us, bandwidth = %.1f GB/s%s; local products "
+        "single-threaded\n",
+        net.latency_s * 1e6, net.bandwidth_Bps / 1e9,
+        net.ranks_per_node > 0 ? " (two-level: model column assumes flat)" : "");
+    std::printf(
+        "bytes = sent + received on one rank; sim = simulated communication time; model = "
+        "alpha-beta cost of the plan; wall = whole call\n");
+  } else if (lead) {
+    std::printf(
+        "04_matmul under mpirun, p = %d processes; local products single-threaded\n"
+        "wall = whole call (median of %d); speedup = one process's A*B / wall; no simulated "
+        "clock or\nbyte counts here (MPI moves the built-ins' bytes): run with --backend threads "
+        "for them\n",
+        ps.front(), repeats);
+  }
 
   bool any_missing = false;
   for (const ShapeCase& sc : all_shapes) {
@@ -243,12 +278,23 @@ int main(int argc, char** argv) {
     const int n = std::max(1, static_cast<int>(std::lround(sc.n * scale)));
     Eigen::MatrixXf A = Eigen::MatrixXf::Random(m, k);
     Eigen::MatrixXf B = Eigen::MatrixXf::Random(k, n);
-    Eigen::MatrixXf want = A * B;
+    // rank 0's process checks C (under mpirun the others need no reference)
+    const Eigen::MatrixXf want = lead ? Eigen::MatrixXf(A * B) : Eigen::MatrixXf();
     const double tol = 1e-4 * std::sqrt(static_cast<double>(k)) * 4;
-    std::printf("\n== %s: A %dx%d, B %dx%d (%s), %.2f GFLOP\n", sc.name.c_str(), m, k, k, n,
-                sc.hint.c_str(), 2.0 * m * k * n / 1e9);
-    std::printf("%-10s %3s %9s %9s %9s %9s %9s %9s %8s %s\n", "strategy", "p", "need MB",
-                "rank0 MB", "other MB", "sim ms", "model ms", "wall ms", "speedup", "C");
+    if (lead) {
+      std::printf("\n== %s: A %dx%d, B %dx%d (%s), %.2f GFLOP\n", sc.name.c_str(), m, k, k, n,
+                  sc.hint.c_str(), 2.0 * m * k * n / 1e9);
+    }
+    double product1 = 0;  // mpirun: one process's A*B, the speedup's reference
+    if (simulated) {
+      std::printf("%-10s %3s %9s %9s %9s %9s %9s %9s %8s %s\n", "strategy", "p", "need MB",
+                  "rank0 MB", "other MB", "sim ms", "model ms", "wall ms", "speedup", "C");
+    } else {
+      product1 = one_process_product(base, A, B, repeats);
+      if (lead)
+        std::printf("%-10s %3s %9s %9s %8s %s\n", "strategy", "p", "need MB", "wall ms", "speedup",
+                    "C");
+    }
     std::map<std::string, double> best_sim;  // at the largest p each strategy ran
     std::map<std::string, int> best_p;
     for (const Strategy& st : all_strategies) {
@@ -260,17 +306,28 @@ int main(int argc, char** argv) {
         if (!r.ran) {
           const bool todo = r.error.find("not implemented") != std::string::npos;
           any_missing = any_missing || todo;
-          std::printf("%-10s %3d   %s\n", st.name.c_str(), p,
-                      todo ? "not implemented (fill in the TODO in matmul.cpp)"
-                           : ("error: " + r.error).c_str());
+          if (lead) {
+            std::printf("%-10s %3d   %s\n", st.name.c_str(), p,
+                        todo ? "not implemented (fill in the TODO in matmul.cpp)"
+                             : ("error: " + r.error).c_str());
+          }
           if (todo) break;
+          continue;
+        }
+        const double need = needed_bytes(st.name, p, matmul::Shape{m, k, n});
+        if (!simulated) {
+          if (lead) {
+            std::printf("%-10s %3d %9.2f %9.1f %8s %s\n", st.name.c_str(), p, need / 1e6,
+                        r.wall_s * 1e3,
+                        (std::to_string(product1 / r.wall_s).substr(0, 4) + "x").c_str(),
+                        r.max_err <= tol ? "ok" : "WRONG");
+          }
           continue;
         }
         if (p == 1) wall1 = r.wall_s;
         const Model md{net.latency_s, 1.0 / net.bandwidth_Bps,
                        net.reduce_Bps > 0 ? 1.0 / net.reduce_Bps : 0.0, p};
         const double model = model_time(st.name, md, matmul::Shape{m, k, n});
-        const double need = needed_bytes(st.name, p, matmul::Shape{m, k, n});
         std::printf("%-10s %3d %9.2f %9.2f %9.2f %9.3f %9.3f %9.1f %8s %s\n", st.name.c_str(), p,
                     need / 1e6, r.rank0_bytes / 1e6, r.other_max_bytes / 1e6, r.sim_s * 1e3,
                     model * 1e3, r.wall_s * 1e3,
@@ -298,6 +355,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (!lead) return 0;
   std::printf(
       "\nWhich strategy when (need MB: what one rank needs for its own part):\n"
       "  rows       each rank needs all of B (k n) and 1/p of A: best when A is tall (m >> k, n).\n"

@@ -17,7 +17,9 @@ not a one-file change of the reference).
 --fast (the self-test's mode) stops grading a mutant at its first failing item: the items not yet
 started are not run, nor is the ThreadSanitizer build of a mutant already caught, so the line names
 the items that failed before it stopped, and the score (items not run count as lost) is a lower
-bound. Without --fast every item
+bound. Each mutant's items start with the one that caught it last time (grader/mutants/
+first_catches.json, written by --save-first-catches), so a mutant still caught by it runs one
+test; when that item no longer catches it the others run as before, so no check is lost. Without --fast every item
 runs, and the line names every item that catches the mutant (what grader/mutants/README.md lists).
 
 grader/mutants/ is instructor material: `./distlab release` leaves it out.
@@ -47,6 +49,27 @@ TREE = "mutants"       # build/grade/mutants: one workspace for every mutant
 HEADER = re.compile(r"^# MUTANT ([A-Za-z0-9_.-]+): (.+)$")
 PATCH = "mutant.patch"
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+FIRST_CATCHES = MUTANTS / "first_catches.json"   # "module/mutant": the item that caught it first
+
+
+def first_catches() -> dict[str, str]:
+    """The recorded first catch of each mutant ({} when there is no record or it is unreadable:
+    the items then run in manifest order)."""
+    try:
+        data = json.loads(FIRST_CATCHES.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} \
+        if isinstance(data, dict) else {}
+
+
+def save_first_catches(results: list[Outcome]) -> None:
+    """Records each caught mutant's first catching item (the others keep their record)."""
+    data = first_catches()
+    for o in results:
+        if o.caught:
+            data[f"{o.module}/{o.name}"] = o.caught_by[0]
+    FIRST_CATCHES.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n", encoding="utf-8")
 
 
 def apply_patch(source: list[str], patch: list[str]) -> list[str]:
@@ -143,7 +166,7 @@ def _materialise(module: mf.Module, folder: Path, dest: Path) -> tuple[str, str]
 
 
 def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = False,
-                 tree: str = TREE) -> Outcome:
+                 tree: str = TREE, first: str = "") -> Outcome:
     t0 = time.monotonic()
     out = Outcome(module.name, folder.name, fast=fast)
     with tempfile.TemporaryDirectory(prefix=f"distlab-mutant-{folder.name}-") as tmp:
@@ -151,7 +174,7 @@ def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = Fa
         if out.problem:
             return out
         run = grade.grade([module.name], Mode.SUBMISSION, Path(tmp), hidden=True, jobs=jobs, quiet=True,
-                          tree_prefix=tree, stop_early=fast)
+                          tree_prefix=tree, stop_early=fast, first=[first] if first else [])
     res = run.modules[0]
     out.max_score = res.max_score
     out.seconds = time.monotonic() - t0
@@ -165,45 +188,53 @@ def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = Fa
 
 def run_all(modules: list[str], jobs: int = 0, fast: bool = False,
             on_result: Callable[[Outcome], None] | None = None, groups: int = 1,
-            tree: str = TREE) -> list[Outcome]:
+            tree: str = TREE, workspaces: list[str] | None = None,
+            pinned: dict[str, int] | None = None) -> list[Outcome]:
     """Grades the mutants of the modules (all when none). groups > 1: the modules are split into
     that many groups of about equal numbers of mutants, each graded by a `./distlab mutants`
-    process of its own in its own workspace (build/grade/mutants-<i>/), side by side: one mutant
-    is mostly one compile on one core, so two groups keep two cores busy. Results come in as
-    they are graded (on_result), in no fixed order across groups."""
+    process of its own in its own workspace (build/grade/mutants-<i>/, or workspaces[i]: e.g. the
+    grader's solutions and exercises trees, already built, so that no workspace is built from
+    scratch), side by side: one mutant is mostly one compile on one core, so two groups keep two
+    cores busy. pinned: module -> the group it must go to. Results come in as they are graded
+    (on_result), in no fixed order across groups."""
     man = mf.load()
     found = discover(modules)
     if groups > 1:
-        return _run_groups(found, jobs, fast, on_result, groups)
+        return _run_groups(found, jobs, fast, on_result, groups, workspaces, pinned or {})
     results: list[Outcome] = []
+    known = first_catches()
     for name, folder in found:
-        o = grade_mutant(man.modules[name], folder, jobs, fast, tree)
+        o = grade_mutant(man.modules[name], folder, jobs, fast, tree, known.get(f"{name}/{folder.name}", ""))
         results.append(o)
         if on_result:
             on_result(o)
     return results
 
 
-def split_groups(found: list[tuple[str, Path]], groups: int) -> list[list[str]]:
-    """The modules in `groups` groups of about equal numbers of mutants (the largest module first
-    into the smallest group); empty groups dropped."""
+def split_groups(found: list[tuple[str, Path]], groups: int,
+                 pinned: dict[str, int] | None = None) -> list[list[str]]:
+    """The modules in `groups` groups of about equal numbers of mutants (pinned modules first into
+    their group, then the largest module first into the smallest group); empty groups dropped."""
     counts: dict[str, int] = {}
     for name, _ in found:
         counts[name] = counts.get(name, 0) + 1
     bins: list[list[str]] = [[] for _ in range(groups)]
     sizes = [0] * groups
-    for name in sorted(counts, key=lambda n: -counts[n]):
-        i = sizes.index(min(sizes))
+    pinned = {n: g for n, g in (pinned or {}).items() if n in counts and 0 <= g < groups}
+    for name in sorted(counts, key=lambda n: (n not in pinned, -counts[n])):
+        i = pinned.get(name, sizes.index(min(sizes)))
         bins[i].append(name)
         sizes[i] += counts[name]
     return [b for b in bins if b]
 
 
 def _run_groups(found: list[tuple[str, Path]], jobs: int, fast: bool,
-                on_result: Callable[[Outcome], None] | None, groups: int) -> list[Outcome]:
+                on_result: Callable[[Outcome], None] | None, groups: int,
+                workspaces: list[str] | None = None, pinned: dict[str, int] | None = None) -> list[Outcome]:
     procs = []
-    for i, names in enumerate(split_groups(found, groups)):
-        cmd = [sys.executable, str(ROOT / "distlab"), "mutants", "--json", "--workspace", f"{TREE}-{i + 1}",
+    for i, names in enumerate(split_groups(found, groups, pinned)):
+        where = workspaces[i] if workspaces and i < len(workspaces) else f"{TREE}-{i + 1}"
+        cmd = [sys.executable, str(ROOT / "distlab"), "mutants", "--json", "--workspace", where,
                "--jobs", str(jobs or max(1, nproc() // groups)), *(["--fast"] if fast else []), *names]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       stdin=subprocess.DEVNULL))
@@ -274,6 +305,9 @@ def main(a: argparse.Namespace) -> int:
 
     results = run_all(a.modules, a.jobs, a.fast, on_result=show, groups=max(1, a.groups),
                       tree=a.workspace)
+    if a.save_first_catches:
+        save_first_catches(results)
+        print(f"recorded the first catches in {FIRST_CATCHES.relative_to(ROOT)}")
     print("\nmutation score (caught / mutants):")
     for name, caught, total in scores(results):
         print(f"  {name:<18} {caught}/{total}" + (f"  ({100.0 * caught / total:.0f}%)" if total else ""))

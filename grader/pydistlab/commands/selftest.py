@@ -4,6 +4,10 @@ Steps (each counts its checks):
   build      configure + build everything with the reference solutions (the grader's solutions
              tree, default-preset settings, so later steps reuse it) and run ctest on the kit's own
              tests (everything but the graded module tests, which `solutions` runs)
+  commands   every cheap `./distlab ...` command of the README files and docs/ runs (`run` on the
+             reference built by the build step; --backend mpi under mpirun where installed), each
+             under a time limit; a failure names the file and line (grader/pydistlab/doc_commands.py,
+             whose NOT_RUN lists the commands left to other steps, each with the reason)
   tsan       fake_dist's tests under ThreadSanitizer (the grader's TSan tree)
   nccl       where the CUDA toolkit with NCCL is installed: the NCCL backend and its tests compile
              and link (its own tree); the tests run and skip, with a message, where no GPU is seen
@@ -14,7 +18,10 @@ Steps (each counts its checks):
   release    ./distlab release writes a repository without solutions and hidden tests
   selftest   the grader's own unittests (grader/selftest) on planted submissions
   mutants    ./distlab mutants --fast: every instructor mutant (grader/mutants/) must lose points;
-             one check per mutant, and the mutation score in the summary
+             one check per mutant, and the mutation score in the summary; two groups side by side
+             in the solutions and exercises trees of the earlier steps (no workspace built from
+             scratch), each mutant starting with the item that caught it last
+             (grader/mutants/first_catches.json)
   lint       ruff (settings in ruff.toml) on grader/ and the distlab script; ruff is taken from
              PATH or installed with pip into build/tools/ruff, and the step is skipped, saying
              why, where neither works
@@ -34,13 +41,13 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .. import cmake, deps, golden, grade, manifest as mf, stubs, workspace as ws
+from .. import cmake, deps, doc_commands, golden, grade, manifest as mf, stubs, workspace as ws
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
 from . import cxxformat, release
 
-STEPS = ["build", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "mutants",
+STEPS = ["build", "commands", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "mutants",
          "lint", "format"]
 RUFF = "ruff==0.17.6"   # installed by the lint step when no ruff is on PATH
 
@@ -117,6 +124,36 @@ def step_build(t: Tally) -> None:
                 ok, detail = False, str(e)
             t.check(ok, f"{exe.name} --help answers", detail)
         _ctest(tb.build, ["-LE", "module"], None, t, "(kit tests)")
+
+
+def step_commands(t: Tally) -> None:
+    t.step("commands: the documented ./distlab commands run (README files, docs/)")
+    t0 = time.monotonic()
+    counts = {"ran": 0, "skipped": 0}
+    # The programs first (the build step has built them: then this takes a second), so that no
+    # command's time limit covers a build.
+    from . import build
+    targets = doc_commands.programs()
+    build.ensure_built("default", True, targets)
+
+    def one(cmd: doc_commands.DocCommand, o: doc_commands.Outcome, same_as: str) -> None:
+        if o.skipped:
+            counts["skipped"] += 1
+            print(f"    {cmd.where}: {o.detail}", flush=True)
+            return
+        if not same_as:
+            counts["ran"] += 1
+            line = re.sub(r"\s+#.*$", "", cmd.line)
+            print(f"    {'ok  ' if o.ok else 'FAIL'} {o.seconds:5.1f} s  {cmd.where}: {line}",
+                  flush=True)
+        t.check(o.ok, f"commands: {cmd.where}: `{cmd.line}`"
+                + (f" (as at {same_as})" if same_as else ""), o.detail)
+
+    doc_commands.run_all(one)
+    left = sum(1 for c in doc_commands.doc_commands() if doc_commands.not_run_reason(c))
+    print(f"    {counts['ran']} commands run in {time.monotonic() - t0:.0f} s; {counts['skipped']} skipped here; "
+          f"{left} left to other steps or usage patterns (NOT_RUN in grader/pydistlab/doc_commands.py)",
+          flush=True)
 
 
 def _fake_dist_targets() -> list[str]:
@@ -290,9 +327,14 @@ def step_mutants(t: Tally) -> None:
         t.check(o.caught, f"mutants: {o.module}/{o.name} is caught",
                 o.problem or f"{o.mistake}\nit scored full marks: no test observes this mistake")
 
-    # Two groups of modules side by side, each in its own workspace: a mutant is mostly one
-    # compile on one core.
-    results = mutants.run_all([], fast=True, on_result=one, groups=2)
+    # Two groups of modules side by side (a mutant is mostly one compile on one core), graded in
+    # the trees that the build, solutions and stubs steps built (the reference's, with the hidden
+    # tests and the ThreadSanitizer builds, and the stubs'), so that no workspace is built from
+    # scratch: each mutant compiles its own file and links. Modules graded under
+    # ThreadSanitizer go to the reference's tree, whose TSan build the solutions step made.
+    tsan = {m.name: 0 for m in mf.load().modules.values() if "thread" in m.sanitizers}
+    results = mutants.run_all([], fast=True, on_result=one, groups=2, workspaces=["solutions", "exercises"],
+                              pinned=tsan)
     rows = mutants.scores(results)
     for name, caught, total in rows:
         print(f"    {name}: {caught}/{total}", flush=True)
@@ -354,6 +396,11 @@ def step_format(t: Tally) -> None:
         t.check(True, "format: the kit's C++ files are formatted")
 
 
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def main(a: argparse.Namespace) -> int:
     if is_release():
         raise DistlabError("./distlab test is the kit's self-test and needs solutions/; in a student "
@@ -364,13 +411,16 @@ def main(a: argparse.Namespace) -> int:
     if unknown:
         raise DistlabError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
     t = Tally()
-    steps = {"build": step_build, "tsan": step_tsan, "nccl": step_nccl, "solutions": step_solutions,
+    steps = {"build": step_build, "commands": step_commands, "tsan": step_tsan, "nccl": step_nccl,
+             "solutions": step_solutions,
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
              "selftest": step_selftest, "mutants": step_mutants, "lint": step_lint,
              "format": step_format}
+    times: list[tuple[str, float, float]] = []   # (step, wall s, CPU s of this process and its children)
     for name in STEPS:
         if name not in only:
             continue
+        w0, c0 = time.monotonic(), _cpu_seconds()
         try:
             steps[name](t)
         except DistlabError as e:
@@ -378,8 +428,14 @@ def main(a: argparse.Namespace) -> int:
         except Exception:  # a broken step must not hide the others
             import traceback
             t.check(False, f"step {name} crashed", traceback.format_exc())
+        times.append((name, time.monotonic() - w0, _cpu_seconds() - c0))
     elapsed = time.monotonic() - t.t0
-    print(f"\n== self-test finished in {elapsed / 60:.1f} min")
+    print(f"\n== self-test finished in {elapsed / 60:.1f} min; per step, wall and CPU seconds "
+          f"(user + system of this process and the processes it waited for: what runs inside the "
+          f"sandbox's own PID namespace, the graded compiles and tests, is not counted; "
+          f"{nproc()} cores, load average {os.getloadavg()[0]:.1f} now):")
+    for name, wall, cpu in times:
+        print(f"  {name:<10} {wall:7.0f} s wall {cpu:7.0f} s CPU")
     if t.mutation_score is not None:
         caught, total = t.mutation_score
         print(f"mutation score: {caught}/{total} mutants caught")
