@@ -4,7 +4,6 @@ from __future__ import annotations
 import html
 import json
 import re
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -258,7 +257,22 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
         print(f"\nnot implemented yet ({count} functions; each TODO says what to write, "
               f"./distlab hint MODULE FUNCTION helps):")
         for name, fns in todo.items():
-            print(textwrap.fill(", ".join(f.split(" (")[0] for f in fns), width=110,
-                                initial_indent=f"  {name}: ", subsequent_indent=" " * (len(name) + 4)))
+            print(_one_line(f"  {name}: ", [f.split(" (")[0] for f in fns], width=110))
     if out_dir:
         print(f"\nfull diagnosis: {out_dir}/report.md (also results.json, junit.xml)")
+
+
+def _one_line(head: str, names: list[str], width: int) -> str:
+    """head + the names, comma-separated, cut to one line of `width` columns: the names that fit,
+    then how many more there are (one line per module keeps a stub grade on one screen; report.md
+    lists every function)."""
+    line = head + ", ".join(names)
+    if len(line) <= width:
+        return line
+    shown: list[str] = []
+    for i, n in enumerate(names):
+        rest = f", ... (+{len(names) - i - 1} more)" if i < len(names) - 1 else ""
+        if shown and len(head + ", ".join([*shown, n]) + rest) > width:
+            break
+        shown.append(n)
+    return head + ", ".join(shown) + f", ... (+{len(names) - len(shown)} more)"

@@ -628,6 +628,21 @@ class TestGolden(GraderTestCase):
             shutil.rmtree(golden, ignore_errors=True)
 
 
+class TestTodoLine(unittest.TestCase):
+    """The stub grade's terminal lists each module's unimplemented functions on one line."""
+
+    def test_fits_whole_or_cut_with_count(self) -> None:
+        from pydistlab.report import _one_line
+        names = [f"function_{i}" for i in range(12)]
+        self.assertEqual(_one_line("  m: ", names[:3], 110), "  m: function_0, function_1, function_2")
+        line = _one_line("  m: ", names, 60)
+        self.assertLessEqual(len(line), 60)
+        shown = line[len("  m: "):].split(", ...")[0].split(", ")
+        self.assertEqual(shown, names[:len(shown)])
+        self.assertTrue(line.endswith(f"(+{12 - len(shown)} more)"), line)
+        self.assertEqual(_one_line("  m: ", ["x" * 80, "y"], 40), "  m: " + "x" * 80 + ", ... (+1 more)")
+
+
 class TestGoldenTolerance(unittest.TestCase):
     """The .npy comparison of `golden --check`: rounding-level differences from another ISA pass,
     a real change of the reference does not (pure comparisons, no build)."""
