@@ -40,6 +40,31 @@ inline int mpi_job_size() {
   return 1;
 }
 
+/// Options for a launch on the NCCL backend over this process's job (one rank without mpirun).
+inline dist::LaunchOptions cuda_launch_options() {
+  dist::LaunchOptions o;
+  o.backend = dist::Backend::Nccl;
+  o.world_size = std::max(1, mpi_job_size());
+  o.timeout = std::chrono::milliseconds(20000);
+  return o;
+}
+
+/// Why GPU tests cannot run here ("" when they can): an empty NCCL launch, whose "no CUDA GPU"
+/// error (cudaGetDeviceCount failed or found none) turns into a skip. Any other error fails.
+inline std::string no_cuda_device_reason() {
+  static const std::string reason = [] {
+    try {
+      dist::launch(cuda_launch_options(), [] {});
+      return std::string();
+    } catch (const dist::Error& e) {
+      const std::string what = e.what();
+      if (what.find("no CUDA GPU") != std::string::npos) return what;
+      throw;
+    }
+  }();
+  return reason;
+}
+
 /// This process's rank in its MPI job (0 when no launcher started it).
 inline int mpi_job_rank() {
   if (!dist::started_by_mpirun()) return 0;
@@ -200,3 +225,10 @@ class RankLog {
 };
 
 }  // namespace distlab::testing
+
+/// Skips the calling test, as "skipped: no CUDA device (why)", where no GPU is usable.
+#define DISTLAB_SKIP_WITHOUT_CUDA_DEVICE()                                                         \
+  do {                                                                                             \
+    const std::string distlab_why_ = distlab::testing::no_cuda_device_reason();                    \
+    if (!distlab_why_.empty()) GTEST_SKIP() << "skipped: no CUDA device (" << distlab_why_ << ")"; \
+  } while (0)

@@ -18,40 +18,9 @@ namespace {
 
 namespace dd = dist::device;
 
-const int g_job_size = std::max(1, distlab::testing::mpi_job_size());
-
-dist::LaunchOptions cuda_options() {
-  dist::LaunchOptions o;
-  o.backend = dist::Backend::Nccl;
-  o.world_size = g_job_size;
-  o.timeout = std::chrono::milliseconds(20000);
-  return o;
-}
-
-/// "" when a CUDA device is usable, else why not (an empty launch's "no CUDA GPU" error).
-std::string no_device_reason() {
-  static const std::string reason = [] {
-    try {
-      dist::launch(cuda_options(), [] {});
-      return std::string();
-    } catch (const dist::Error& e) {
-      const std::string what = e.what();
-      if (what.find("no CUDA GPU") != std::string::npos) return what;
-      throw;
-    }
-  }();
-  return reason;
-}
-
-#define SKIP_WITHOUT_CUDA_DEVICE()                                               \
-  do {                                                                           \
-    const std::string why = no_device_reason();                                  \
-    if (!why.empty()) GTEST_SKIP() << "skipped: no CUDA device (" << why << ")"; \
-  } while (0)
-
 void run(const std::function<void()>& body) {
   try {
-    dist::launch(cuda_options(), body);
+    dist::launch(distlab::testing::cuda_launch_options(), body);
   } catch (const std::exception& e) {
     ADD_FAILURE() << e.what();
   }
@@ -65,7 +34,7 @@ std::vector<float> to_host(const dd::DeviceBuffer<float>& b, dd::Stream& s) {
 }
 
 TEST(CudaDevice, KernelsOnTwoStreamsOrderedByAnEvent) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+  DISTLAB_SKIP_WITHOUT_CUDA_DEVICE();
   run([] {
     for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 22}) {
       dd::Stream a("a"), b("b");
@@ -89,7 +58,7 @@ TEST(CudaDevice, KernelsOnTwoStreamsOrderedByAnEvent) {
 }
 
 TEST(CudaDevice, AnEventNeverRecordedIsComplete) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+  DISTLAB_SKIP_WITHOUT_CUDA_DEVICE();
   run([] {
     dd::Stream s("s");
     dd::Event e("never");
@@ -102,7 +71,7 @@ TEST(CudaDevice, AnEventNeverRecordedIsComplete) {
 }
 
 TEST(CudaDevice, AllReduceOnAStreamAndItsWork) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+  DISTLAB_SKIP_WITHOUT_CUDA_DEVICE();
   run([] {
     const int p = dist::world_size();
     dd::Stream comm("comm");
@@ -123,10 +92,10 @@ TEST(CudaDevice, AllReduceOnAStreamAndItsWork) {
 }
 
 TEST(CudaDevice, AHostBodyIsRefusedWithWhatToUseInstead) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+  DISTLAB_SKIP_WITHOUT_CUDA_DEVICE();
   std::string msg;
   try {
-    dist::launch(cuda_options(), [] {
+    dist::launch(distlab::testing::cuda_launch_options(), [] {
       dd::Stream s("s");
       dd::DeviceBuffer<float> x("x", 8);
       dd::launch(s, {"host body", 0, {dd::writes(x)}}, [&] { x.span()[0] = 1; });

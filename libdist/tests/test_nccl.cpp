@@ -20,39 +20,13 @@ namespace {
 const int g_job_size = std::max(1, distlab::testing::mpi_job_size());
 const int g_job_rank = distlab::testing::mpi_job_rank();
 
-/// Why the NCCL tests cannot run here ("" when they can): an empty launch, whose "no CUDA GPU"
-/// error (cudaGetDeviceCount failed or found none) turns into a skip. Any other error fails.
-std::string skip_reason() {
-  static const std::string reason = [] {
-    dist::LaunchOptions o;
-    o.backend = dist::Backend::Nccl;
-    o.world_size = g_job_size;
-    o.timeout = std::chrono::milliseconds(20000);
-    try {
-      dist::launch(o, [] {});
-      return std::string();
-    } catch (const dist::Error& e) {
-      const std::string what = e.what();
-      if (what.find("no CUDA GPU") != std::string::npos) return what;
-      throw;
-    }
-  }();
-  return reason;
-}
-
-#define SKIP_WITHOUT_GPU()                                           \
-  do {                                                               \
-    const std::string why = skip_reason();                           \
-    if (!why.empty()) GTEST_SKIP() << "NCCL tests skipped: " << why; \
+#define SKIP_WITHOUT_GPU()                                             \
+  do {                                                                 \
+    const std::string why = distlab::testing::no_cuda_device_reason(); \
+    if (!why.empty()) GTEST_SKIP() << "NCCL tests skipped: " << why;   \
   } while (0)
 
-dist::LaunchOptions nccl_options() {
-  dist::LaunchOptions o;
-  o.backend = dist::Backend::Nccl;
-  o.world_size = g_job_size;
-  o.timeout = std::chrono::milliseconds(20000);
-  return o;
-}
+dist::LaunchOptions nccl_options() { return distlab::testing::cuda_launch_options(); }
 
 void run(const std::function<void()>& body) {
   try {

@@ -17,37 +17,9 @@ using namespace streamtest;
 
 const int g_job_size = std::max(1, distlab::testing::mpi_job_size());
 
-dist::LaunchOptions cuda_options() {
-  dist::LaunchOptions o;
-  o.backend = dist::Backend::Nccl;
-  o.world_size = g_job_size;
-  o.timeout = std::chrono::milliseconds(20000);
-  return o;
-}
-
-std::string no_device_reason() {
-  static const std::string reason = [] {
-    try {
-      dist::launch(cuda_options(), [] {});
-      return std::string();
-    } catch (const dist::Error& e) {
-      const std::string what = e.what();
-      if (what.find("no CUDA GPU") != std::string::npos) return what;
-      throw;
-    }
-  }();
-  return reason;
-}
-
-#define SKIP_WITHOUT_CUDA_DEVICE()                                               \
-  do {                                                                           \
-    const std::string why = no_device_reason();                                  \
-    if (!why.empty()) GTEST_SKIP() << "skipped: no CUDA device (" << why << ")"; \
-  } while (0)
-
 TEST(StreamsOnGpu, AllReduceWorkWaitsOnTheDevice) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  distlab::testing::run_ranks(cuda_options(), [] {
+  DISTLAB_SKIP_WITHOUT_CUDA_DEVICE();
+  distlab::testing::run_ranks(distlab::testing::cuda_launch_options(), [] {
     const int p = dist::world_size();
     Stream compute("compute"), comm("comm");
     DeviceBuffer<float> buf("buf", 1u << 20);
@@ -67,12 +39,12 @@ TEST(StreamsOnGpu, AllReduceWorkWaitsOnTheDevice) {
 }
 
 TEST(StreamsOnGpu, OverlappedStepEqualsTheSynchronousStep) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+  DISTLAB_SKIP_WITHOUT_CUDA_DEVICE();
   const StepConfig c = small_step();
   const auto want = synchronous_params(c, g_job_size, 2);
   for (bool overlap : {true, false}) {
     std::vector<float> got;
-    distlab::testing::run_ranks(cuda_options(), [&] {
+    distlab::testing::run_ranks(distlab::testing::cuda_launch_options(), [&] {
       StepResult r;
       Stream compute("compute"), comm("comm");
       Replica replica(c, compute);
