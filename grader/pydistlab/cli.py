@@ -227,7 +227,8 @@ def parser() -> argparse.ArgumentParser:
 
     mu = add("mutants", _cmd_mutants, "grade every instructor mutant (grader/mutants/) with the hidden "
              "tests: caught or ESCAPED, by which items, and the mutation score")
-    mu.add_argument("modules", nargs="*", metavar="MODULE")
+    mu.add_argument("modules", nargs="*", metavar="MODULE[/MUTANT]",
+                    help="modules, or single mutants as MODULE/MUTANT (default: every mutant)")
     mu.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
     mu.add_argument("--fast", action="store_true",
                     help="stop each mutant at its first failing item (caught or not, sooner; the self-test's mode)")
@@ -244,6 +245,9 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("--only", default=None,
                    help="comma-separated steps: build,commands,tsan,nccl,solutions,stubs,sync,golden,release,"
                         "selftest,mutants,lint,format")
+    t.add_argument("--full", action="store_true",
+                   help="grade every mutant, also those caught before with nothing they depend on changed "
+                        "since (always so where CI is set)")
     return p
 
 

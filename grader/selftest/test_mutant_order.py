@@ -1,11 +1,13 @@
 """The mutants' shortcuts keep every check: the recorded first catch runs first and the other
-items follow in manifest order; the groups put pinned modules where they must go.
+items follow in manifest order; the groups put pinned modules where they must go; a mutant caught
+before is skipped only while nothing its grade depends on has changed (its fingerprint).
 
 Run: python3 -m unittest discover -s grader/selftest -p 'test_mutant_order.py' -v
 """
 from __future__ import annotations
 
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -14,6 +16,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from pydistlab import grade, manifest as mf  # noqa: E402
 from pydistlab.commands import mutants  # noqa: E402
+from pydistlab.errors import DistlabError  # noqa: E402
 from pydistlab.results import ModuleResult  # noqa: E402
 
 
@@ -47,6 +50,85 @@ class MutantOrder(unittest.TestCase):
         groups = mutants.split_groups(found, 2, {"02_races": 1})
         self.assertIn("02_races", groups[1])
         self.assertEqual(sorted(n for g in groups for n in g), sorted({m for m, _ in found}))
+
+
+    def test_selectors_name_modules_or_single_mutants(self) -> None:
+        found = mutants.discover([])
+        one = next(f.name for m, f in found if m == "05_mlp")
+        picked = mutants.discover(["07", f"05_mlp/{one}"])
+        self.assertEqual([(m, f.name) for m, f in picked][0], ("05_mlp", one))
+        self.assertEqual({m for m, _ in picked}, {"05_mlp", "07_pipeline"})
+        self.assertEqual(mutants.selectors_of(picked), [f"05_mlp/{one}", "07_pipeline"])
+        self.assertEqual(mutants.discover(mutants.selectors_of(picked)), picked)
+        with self.assertRaises(DistlabError):
+            mutants.discover(["05_mlp/no_such_mutant"])
+
+
+class Fingerprints(unittest.TestCase):
+    """A small kit in a temporary folder: which edits change which mutants' fingerprints."""
+
+    FILES = ["libdist/src/x.cpp", "docs/guide.md", "README.md", "grader/selftest/test_x.py",
+             "grader/pydistlab/grade.py", "grader/pydistlab/commands/plot_x.py", "grader/mutants/README.md",
+             "solutions/01_threads/threads.cpp", "solutions/05_mlp/mlp.cpp", "grader/tests/05_mlp/test.cpp",
+             "grader/hidden/05_mlp/hidden.cpp", "grader/hints/05_mlp.toml", "solutions/06_data_parallel/dp.cpp",
+             "grader/mutants/01_threads/a/mutant.patch", "grader/mutants/05_mlp/b/mutant.patch",
+             "grader/mutants/05_mlp/c/mutant.patch", "grader/mutants/06_data_parallel/d/mutant.patch"]
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = Path(self.tmp.name)
+        for f in self.FILES:
+            (self.root / f).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / f).write_text(f"{f}\n")
+        self.found = [(m, self.root / "grader" / "mutants" / m / x)
+                      for m, x in [("01_threads", "a"), ("05_mlp", "b"), ("05_mlp", "c"), ("06_data_parallel", "d")]]
+        self.before = mutants.fingerprints(self.found, self.root)
+
+    def tearDown(self) -> None:
+        self.tmp.cleanup()
+
+    def changed_by(self, path: str, text: str = "edited\n") -> set[str]:
+        (self.root / path).parent.mkdir(parents=True, exist_ok=True)
+        (self.root / path).write_text(text)
+        after = mutants.fingerprints(self.found, self.root)
+        self.assertEqual(after.keys(), self.before.keys())
+        changed = {k for k in after if after[k] != self.before[k]}
+        self.before = after    # the next edit is compared with this state
+        return changed
+
+    def test_every_mutant_has_its_own(self) -> None:
+        self.assertEqual(set(self.before), {"01_threads/a", "05_mlp/b", "05_mlp/c", "06_data_parallel/d"})
+        self.assertEqual(len(set(self.before.values())), 4)
+        self.assertEqual(mutants.fingerprints(self.found, self.root), self.before)
+
+    def test_a_module_edit_regrades_it_and_the_modules_built_on_it(self) -> None:
+        # 06_data_parallel builds on 05_mlp (prerequisites in grader/manifest.toml).
+        for path in ["solutions/05_mlp/mlp.cpp", "grader/tests/05_mlp/test.cpp", "grader/hidden/05_mlp/hidden.cpp",
+                     "grader/hints/05_mlp.toml", "solutions/05_mlp/new_file.hpp"]:
+            with self.subTest(path=path):
+                self.assertEqual(self.changed_by(path), {"05_mlp/b", "05_mlp/c", "06_data_parallel/d"})
+        self.assertEqual(self.changed_by("solutions/06_data_parallel/dp.cpp"), {"06_data_parallel/d"})
+        self.assertEqual(self.changed_by("solutions/01_threads/threads.cpp"), {"01_threads/a"})
+
+    def test_a_mutant_edit_regrades_only_it(self) -> None:
+        self.assertEqual(self.changed_by("grader/mutants/05_mlp/c/mutant.patch"), {"05_mlp/c"})
+
+    def test_shared_code_regrades_all(self) -> None:
+        every = set(self.before)
+        for path in ["libdist/src/x.cpp", "grader/pydistlab/grade.py", "libdist/src/new.cpp", "CMakeLists.txt"]:
+            with self.subTest(path=path):
+                self.assertEqual(self.changed_by(path), every)
+
+    def test_documentation_and_unittests_regrade_none(self) -> None:
+        for path in ["docs/guide.md", "README.md", "grader/selftest/test_x.py", "grader/pydistlab/commands/plot_x.py",
+                     "grader/mutants/README.md", "grader/mutants/first_catches.json"]:
+            with self.subTest(path=path):
+                self.assertEqual(self.changed_by(path), set())
+
+    def test_a_deleted_file_counts(self) -> None:
+        (self.root / "libdist/src/x.cpp").unlink()
+        after = mutants.fingerprints(self.found, self.root)
+        self.assertTrue(all(after[k] != self.before[k] for k in after))
 
 
 if __name__ == "__main__":

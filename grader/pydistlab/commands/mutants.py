@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -39,9 +41,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import grade, manifest as mf
+from .. import grade, manifest as mf, tree as kit_tree
 from ..errors import DistlabError
-from ..paths import ROOT, is_release, nproc
+from ..paths import BUILD, ROOT, is_release, nproc
 from ..results import Mode
 
 MUTANTS = ROOT / "grader" / "mutants"
@@ -70,6 +72,113 @@ def save_first_catches(results: list[Outcome]) -> None:
         if o.caught:
             data[f"{o.module}/{o.name}"] = o.caught_by[0]
     FIRST_CATCHES.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n", encoding="utf-8")
+
+
+# The self-test's record of caught mutants (build/mutants-caught.json, never committed): a mutant
+# caught before is graded again only when something its grade depends on has changed since. What
+# it depends on is taken broadly: every file of the kit except the other modules' own folders
+# (those of its prerequisites count), the documentation, the grader's unittests and its commands
+# other than this one; plus the compiler, CMake, Python, the CPU and the DISTLAB_* and compiler
+# variables of the environment. So an edit to one module's reference, tests or mutants regrades
+# that module's mutants (and those of the modules built on it), an edit to libdist/ or the grading
+# code regrades them all.
+CAUGHT = BUILD / "mutants-caught.json"
+MODULE_FOLDERS = ("solutions", "exercises", "grader/hidden", "grader/tests", "grader/golden", "grader/mutants")
+NOT_DEPENDED_ON = ("docs/", "grader/selftest/", ".ci/", "grader/pydistlab/commands/")
+ENV_KEYS = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS")
+
+
+def _owner(path: str, modules: set[str]) -> str:
+    """The module whose own folder holds path ("" for the kit's shared files)."""
+    for folder in MODULE_FOLDERS:
+        if path.startswith(folder + "/"):
+            head = path[len(folder) + 1:].split("/")[0]
+            return head if head in modules else ""
+    if path.startswith("grader/hints/") and path.endswith(".toml"):
+        name = path[len("grader/hints/"):-len(".toml")]
+        return name if name in modules else ""
+    return ""
+
+
+def _toolchain() -> str:
+    """The tools and settings a grade's verdict could depend on, as text."""
+    parts = []
+    for cmd in (["c++", "--version"], ["cmake", "--version"]):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            parts.append(r.stdout.splitlines()[0] if r.stdout else "")
+        except (OSError, subprocess.TimeoutExpired):
+            parts.append(f"{cmd[0]}: none")
+    parts.append(sys.version)
+    try:
+        cpu = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), "")
+    except OSError:
+        cpu = ""
+    parts.append(cpu)
+    parts += [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("DISTLAB_") or k in ENV_KEYS]
+    return "\n".join(parts)
+
+
+def fingerprints(found: list[tuple[str, Path]], root: Path = ROOT) -> dict[str, str]:
+    """"module/mutant" -> a hash of everything the mutant's grade depends on (see CAUGHT above), for
+    the kit at root."""
+    man = mf.load()
+    names = set(man.modules)
+    digest: dict[str, str] = {}
+    shared: list[str] = []
+    owned: dict[str, list[str]] = {}
+    for path in kit_tree.kit_files(root):
+        if (path.startswith(NOT_DEPENDED_ON) and path != "grader/pydistlab/commands/mutants.py") \
+                or (path.endswith(".md") and "/" not in path) \
+                or (path.startswith("grader/mutants/") and not path.endswith("/" + PATCH)):
+            continue
+        try:
+            digest[path] = hashlib.sha256((root / path).read_bytes()).hexdigest()
+        except OSError:
+            continue
+        who = _owner(path, names)
+        (owned.setdefault(who, []) if who else shared).append(path)
+    base = hashlib.sha256(_toolchain().encode())
+    for path in shared:
+        base.update(f"{path}\0{digest[path]}\n".encode())
+    out: dict[str, str] = {}
+    for name in dict.fromkeys(m for m, _ in found):
+        h = base.copy()
+        for m in [*man.prerequisites_closure(name), name]:
+            for path in owned.get(m, []):
+                if not path.startswith("grader/mutants/"):
+                    h.update(f"{path}\0{digest[path]}\n".encode())
+        for m, folder in found:
+            if m == name:
+                mine = h.copy()
+                mine.update((folder / PATCH).read_bytes() if (folder / PATCH).is_file() else b"")
+                out[f"{m}/{folder.name}"] = mine.hexdigest()
+    return out
+
+
+def caught_before() -> dict[str, dict[str, str]]:
+    """"module/mutant" -> {"fingerprint", "caught_by", "when"} of its last catch ({} when none)."""
+    try:
+        data = json.loads(CAUGHT.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
+
+
+def record_caught(results: list[Outcome], prints: dict[str, str]) -> None:
+    """Remembers each caught mutant with its fingerprint; forgets one that was not caught."""
+    data = caught_before()
+    when = time.strftime("%Y-%m-%d %H:%M")
+    for o in results:
+        key = f"{o.module}/{o.name}"
+        if o.caught and key in prints:
+            data[key] = {"fingerprint": prints[key], "caught_by": o.caught_by[0], "when": when}
+        else:
+            data.pop(key, None)
+    CAUGHT.parent.mkdir(parents=True, exist_ok=True)
+    tmp = CAUGHT.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n", encoding="utf-8")
+    tmp.replace(CAUGHT)
 
 
 def apply_patch(source: list[str], patch: list[str]) -> list[str]:
@@ -123,19 +232,46 @@ class Outcome:
         return not self.problem and bool(self.caught_by)
 
 
-def discover(modules: list[str]) -> list[tuple[str, Path]]:
-    """(module, mutant folder) for each mutant of the selected modules (all when none), in course
-    order, mutants by name."""
+def discover(selectors: list[str]) -> list[tuple[str, Path]]:
+    """(module, mutant folder) for each selected mutant, in course order, mutants by name. A selector
+    is a module (every mutant of it: '07_pipeline', '07') or one mutant ('07_pipeline/<mutant>');
+    none selects every mutant."""
     if not MUTANTS.is_dir():
         raise DistlabError("there are no mutants here (grader/mutants/ is missing; a student "
                            "repository does not have them)")
     man = mf.load()
-    wanted = [m.name for m in man.select(modules)] if modules else man.order
+    whole: list[str] = []
+    single: set[tuple[str, str]] = set()
+    for sel in selectors:
+        head, _, mutant = sel.strip().rstrip("/").partition("/")
+        if mutant and not head.startswith(("exercises", "solutions", "grader")):
+            name = man.select([head])[0].name
+            if not (MUTANTS / name / mutant).is_dir():
+                raise DistlabError(f"{name} has no mutant {mutant!r} (grader/mutants/{name}/{mutant}/{PATCH})")
+            single.add((name, mutant))
+        else:
+            whole.append(sel)
+    whole_modules = {m.name for m in man.select(whole)} if whole else set()
     out: list[tuple[str, Path]] = []
-    for name in wanted:
+    for name in man.order:
         folder = MUTANTS / name
-        if folder.is_dir():
-            out.extend((name, d) for d in sorted(folder.iterdir()) if d.is_dir() and not d.name.startswith("."))
+        if not folder.is_dir():
+            continue
+        for d in sorted(folder.iterdir()):
+            if d.is_dir() and not d.name.startswith(".") and \
+                    (not selectors or name in whole_modules or (name, d.name) in single):
+                out.append((name, d))
+    return out
+
+
+def selectors_of(found: list[tuple[str, Path]]) -> list[str]:
+    """The shortest selectors for `found`: a module's name where all its mutants are in it, else
+    'module/mutant' for each."""
+    out: list[str] = []
+    for name in dict.fromkeys(m for m, _ in found):
+        mine = [f.name for m, f in found if m == name]
+        every = sorted(d.name for d in (MUTANTS / name).iterdir() if d.is_dir() and not d.name.startswith("."))
+        out.extend([name] if sorted(mine) == every else [f"{name}/{x}" for x in mine])
     return out
 
 
@@ -190,8 +326,8 @@ def run_all(modules: list[str], jobs: int = 0, fast: bool = False,
             on_result: Callable[[Outcome], None] | None = None, groups: int = 1,
             tree: str = TREE, workspaces: list[str] | None = None,
             pinned: dict[str, int] | None = None) -> list[Outcome]:
-    """Grades the mutants of the modules (all when none). groups > 1: the modules are split into
-    that many groups of about equal numbers of mutants, each graded by a `./distlab mutants`
+    """Grades the selected mutants (modules or 'module/mutant', all when none). groups > 1: the
+    modules are split into that many groups of about equal numbers of mutants, each graded by a `./distlab mutants`
     process of its own in its own workspace (build/grade/mutants-<i>/, or workspaces[i]: e.g. the
     grader's solutions and exercises trees, already built, so that no workspace is built from
     scratch), side by side: one mutant is mostly one compile on one core, so two groups keep two
@@ -235,7 +371,8 @@ def _run_groups(found: list[tuple[str, Path]], jobs: int, fast: bool,
     for i, names in enumerate(split_groups(found, groups, pinned)):
         where = workspaces[i] if workspaces and i < len(workspaces) else f"{TREE}-{i + 1}"
         cmd = [sys.executable, str(ROOT / "distlab"), "mutants", "--json", "--workspace", where,
-               "--jobs", str(jobs or max(1, nproc() // groups)), *(["--fast"] if fast else []), *names]
+               "--jobs", str(jobs or max(1, nproc() // groups)), *(["--fast"] if fast else []),
+               *selectors_of([(m, f) for m, f in found if m in names])]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       stdin=subprocess.DEVNULL))
     results: list[Outcome] = []

@@ -59,6 +59,7 @@ class Tally:
         self.failures: list[str] = []
         self.t0 = time.monotonic()
         self.mutation_score: tuple[int, int] | None = None   # (caught, mutants) of the mutants step
+        self.full = False    # --full: grade every mutant, also those caught before with nothing changed
 
     def check(self, ok: bool, what: str, detail: str = "") -> bool:
         if ok:
@@ -327,19 +328,37 @@ def step_mutants(t: Tally) -> None:
         t.check(o.caught, f"mutants: {o.module}/{o.name} is caught",
                 o.problem or f"{o.mistake}\nit scored full marks: no test observes this mistake")
 
+    # A mutant caught before, with nothing it depends on changed since (mutants.fingerprints), is
+    # not graded again: its check passes as recorded. --full (and CI) grades every one.
+    found = mutants.discover([])
+    prints = mutants.fingerprints(found)
+    before = {} if t.full else mutants.caught_before()
+    kept = [(m, f) for m, f in found
+            if before.get(f"{m}/{f.name}", {}).get("fingerprint") == prints[f"{m}/{f.name}"]]
+    todo = [x for x in found if x not in kept]
+    for m, f in kept:
+        t.check(True, f"mutants: {m}/{f.name} is caught (as before)")
+    if kept:
+        when = max(before[f"{m}/{f.name}"]["when"] for m, f in kept)
+        print(f"    {len(kept)} of {len(found)} mutants were caught before (last {when}) and nothing they "
+              f"depend on has changed since: not graded again (./distlab test --full grades them)", flush=True)
     # Two groups of modules side by side (a mutant is mostly one compile on one core), graded in
     # the trees that the build, solutions and stubs steps built (the reference's, with the hidden
     # tests and the ThreadSanitizer builds, and the stubs'), so that no workspace is built from
     # scratch: each mutant compiles its own file and links. Modules graded under
     # ThreadSanitizer go to the reference's tree, whose TSan build the solutions step made.
     tsan = {m.name: 0 for m in mf.load().modules.values() if "thread" in m.sanitizers}
-    results = mutants.run_all([], fast=True, on_result=one, groups=2, workspaces=["solutions", "exercises"],
-                              pinned=tsan)
-    rows = mutants.scores(results)
-    for name, caught, total in rows:
-        print(f"    {name}: {caught}/{total}", flush=True)
+    results = mutants.run_all(mutants.selectors_of(todo), fast=True, on_result=one, groups=2,
+                              workspaces=["solutions", "exercises"], pinned=tsan) if todo else []
+    mutants.record_caught(results, prints)
+    rows = mutants.scores(results + [mutants.Outcome(m, f.name, caught_by=["(before)"]) for m, f in kept])
+    order = {name: i for i, name in enumerate(mf.load().order)}
+    for name, caught, total in sorted(rows[:-1], key=lambda r: order.get(r[0], 99)) + rows[-1:]:
+        again = sum(1 for m, _ in kept if m == name or name == "overall")
+        print(f"    {name}: {caught}/{total}" + (f" ({again} caught before)" if again else ""), flush=True)
     t.mutation_score = rows[-1][1:]
-    print(f"    {len(results)} mutants in {time.monotonic() - t0:.0f} s", flush=True)
+    print(f"    {len(results)} mutants graded in {time.monotonic() - t0:.0f} s"
+          + (f", {len(kept)} caught before" if kept else ""), flush=True)
 
 
 def _ruff() -> tuple[list[str], str]:
@@ -411,6 +430,7 @@ def main(a: argparse.Namespace) -> int:
     if unknown:
         raise DistlabError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
     t = Tally()
+    t.full = bool(getattr(a, "full", False) or os.environ.get("CI"))
     steps = {"build": step_build, "commands": step_commands, "tsan": step_tsan, "nccl": step_nccl,
              "solutions": step_solutions,
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
