@@ -60,6 +60,9 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     if a.what == "loop":
         from .commands import bench_loop
         return bench_loop.main(a)
+    if a.what == "selftest":
+        from .commands import bench_selftest
+        return bench_selftest.main(a)
     from .commands import bench
     return bench.main(a)
 
@@ -162,10 +165,11 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(passthrough=True)
 
     be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives|pipeline|ps [--plot FILE.png] [ARGS]; "
-                                  "./distlab bench loop: the student's loop timed on a fresh copy")
-    be.add_argument("what", choices=["collectives", "pipeline", "ps", "loop"])
+                                  "./distlab bench loop: the student's loop timed on a fresh copy; "
+                                  "./distlab bench selftest: ./distlab test on a fresh copy, again, and after an edit")
+    be.add_argument("what", choices=["collectives", "pipeline", "ps", "loop", "selftest"])
     be.add_argument("--keep", default=None, metavar="DIR",
-                    help="loop: make the fresh copy in DIR/kit (default: a new temporary folder)")
+                    help="loop, selftest: make the fresh copy in DIR/kit (default: a new temporary folder)")
     be.add_argument("--plot", default=None, metavar="FILE.png",
                     help="collectives: simulated time vs size per algorithm (from run_03_collectives --csv); "
                          "pipeline: bubble fraction and peak stash vs microbatches per schedule "

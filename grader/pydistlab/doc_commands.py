@@ -43,7 +43,8 @@ NOT_RUN: dict[str, str] = {
     "golden": "the golden step runs it (--check)",
     "release": "writes a repository outside the kit: the release step runs it into build/",
     "sync": "rewrites exercises/: the sync step runs `check --stubs`",
-    "bench": "benchmarks with plots (minutes, matplotlib); `bench loop` makes a fresh copy of the kit",
+    "bench": "benchmarks with plots (minutes, matplotlib); `bench loop` and `bench selftest` make a fresh copy "
+             "of the kit",
     "build --preset debug": "a second whole build, with AddressSanitizer (minutes)",
     "build --preset tsan": "a second whole build, with ThreadSanitizer (minutes): the tsan step builds "
                            "fake_dist's tests with it",
