@@ -58,7 +58,7 @@ class Tally:
         self.failed = 0
         self.failures: list[str] = []
         self.t0 = time.monotonic()
-        self.mutation_score: tuple[int, int] | None = None   # (caught, mutants) of the mutants step
+        self.mutation_score: tuple[int, int, int] | None = None   # (caught, mutants, caught before) of that step
         self.full = False    # --full: grade every mutant, also those caught before with nothing changed
 
     def check(self, ok: bool, what: str, detail: str = "") -> bool:
@@ -356,7 +356,7 @@ def step_mutants(t: Tally) -> None:
     for name, caught, total in sorted(rows[:-1], key=lambda r: order.get(r[0], 99)) + rows[-1:]:
         again = sum(1 for m, _ in kept if m == name or name == "overall")
         print(f"    {name}: {caught}/{total}" + (f" ({again} caught before)" if again else ""), flush=True)
-    t.mutation_score = rows[-1][1:]
+    t.mutation_score = (*rows[-1][1:], len(kept))
     print(f"    {len(results)} mutants graded in {time.monotonic() - t0:.0f} s"
           + (f", {len(kept)} caught before" if kept else ""), flush=True)
 
@@ -457,8 +457,9 @@ def main(a: argparse.Namespace) -> int:
     for name, wall, cpu in times:
         print(f"  {name:<10} {wall:7.0f} s wall {cpu:7.0f} s CPU")
     if t.mutation_score is not None:
-        caught, total = t.mutation_score
-        print(f"mutation score: {caught}/{total} mutants caught")
+        caught, total, before = t.mutation_score
+        print(f"mutation score: {caught}/{total} mutants caught"
+              + (f" ({before} of them caught before and not graded again: --full grades them)" if before else ""))
     if t.failures:
         print("failed checks:\n  " + "\n  ".join(t.failures[:50]))
     print(f"{t.passed} passed, {t.failed} failed", flush=True)
