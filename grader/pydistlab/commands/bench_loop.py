@@ -77,15 +77,32 @@ def _step(meter: CpuMeter, cwd: Path, cmd: list[str], log: Path) -> tuple[float,
     return wall, cpu, r.stdout
 
 
-def main(a: argparse.Namespace) -> int:
-    keep = Path(a.keep).resolve() if a.keep else None
-    base = keep or Path(tempfile.mkdtemp(prefix="distlab-loop-"))
+def fresh_copy(keep: str | None, prefix: str) -> tuple[Path, Path]:
+    """(base, base/kit): the kit's tracked and new files copied to base/kit, as a fresh clone would
+    be (no build/); base is `keep` or a new temporary folder."""
+    base = Path(keep).resolve() if keep else Path(tempfile.mkdtemp(prefix=prefix))
     kit = base / "kit"
     if kit.exists():
         shutil.rmtree(kit)
     files: dict[str, Path | bytes] = {n: ROOT / n for n in tree.kit_files(ROOT)}
     tree.mirror(files, kit)
     os.chmod(kit / "distlab", 0o755)
+    return base, kit
+
+
+def print_table(title: str, rows: list[tuple[str, float, float, str]], targets: dict[str, float]) -> None:
+    """The results: wall and CPU time of each row next to its target (ok or MISSED), and the load."""
+    print(f"\n{title:<30} {'wall':>8} {'CPU':>8} {'target':>8}  notes")
+    for name, wall, cpu, note in rows:
+        target = targets.get(name)
+        verdict = "" if target is None else ("ok" if wall <= target else "MISSED")
+        print(f"{name:<30} {wall:7.1f}s {cpu:7.1f}s {target or 0:7.0f}s  {verdict:6} {note}")
+    print(f"\nload average now {os.getloadavg()[0]:.1f} (2 cores: above ~2 the wall times include waiting "
+          f"for other work; CPU time does not)")
+
+
+def main(a: argparse.Namespace) -> int:
+    base, kit = fresh_copy(a.keep, "distlab-loop-")
     meter = CpuMeter()
     load = os.getloadavg()[0]
     print(f"distlab bench loop: a fresh copy in {kit} ({os.cpu_count()} cores, load average {load:.1f}; "
@@ -121,12 +138,6 @@ def main(a: argparse.Namespace) -> int:
         rows.append(("regrade after an edit", wall, cpu, "exercises/01_threads/threads.cpp, one line"))
     finally:
         meter.close()
-    print(f"\n{'step':<30} {'wall':>8} {'CPU':>8} {'target':>8}  notes")
-    for name, wall, cpu, note in rows:
-        target = TARGETS.get(name)
-        verdict = "" if target is None else ("ok" if wall <= target else "MISSED")
-        print(f"{name:<30} {wall:7.1f}s {cpu:7.1f}s {target or 0:7.0f}s  {verdict} {note}")
-    print(f"\nload average now {os.getloadavg()[0]:.1f} (2 cores: above ~2 the wall times include waiting "
-          f"for other work; CPU time does not)")
-    print(f"logs: {base}/grade.log, run.log, regrade.log" + ("" if keep else f" (the copy stays in {kit})"))
+    print_table("step", rows, TARGETS)
+    print(f"logs: {base}/grade.log, run.log, regrade.log" + ("" if a.keep else f" (the copy stays in {kit})"))
     return 0

@@ -19,15 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from .. import tree
-from ..paths import ROOT
-from .bench_loop import CpuMeter
+from .bench_loop import CpuMeter, fresh_copy, print_table
 
 TARGETS = {"again, after a one-line edit": 300.0, "again, nothing changed": 300.0}
 EDITED = "solutions/07_pipeline/pipeline.cpp"
@@ -50,14 +46,7 @@ def _selftest(meter: CpuMeter, kit: Path, log: Path, env: dict[str, str]) -> tup
 
 
 def main(a: argparse.Namespace) -> int:
-    keep = Path(a.keep).resolve() if a.keep else None
-    base = keep or Path(tempfile.mkdtemp(prefix="distlab-selftest-"))
-    kit = base / "kit"
-    if kit.exists():
-        shutil.rmtree(kit)
-    files: dict[str, Path | bytes] = {n: ROOT / n for n in tree.kit_files(ROOT)}
-    tree.mirror(files, kit)
-    os.chmod(kit / "distlab", 0o755)
+    base, kit = fresh_copy(a.keep, "distlab-selftest-")
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     meter = CpuMeter()
     print(f"distlab bench selftest: a fresh copy in {kit} ({os.cpu_count()} cores, load average "
@@ -76,12 +65,6 @@ def main(a: argparse.Namespace) -> int:
             rows.append((name, wall, cpu, f"{last}; {graded}"))
     finally:
         meter.close()
-    print(f"\n{'./distlab test':<30} {'wall':>8} {'CPU':>8} {'target':>8}  notes")
-    for name, wall, cpu, note in rows:
-        target = TARGETS.get(name)
-        verdict = "" if target is None else ("ok" if wall <= target else "MISSED")
-        print(f"{name:<30} {wall:7.0f}s {cpu:7.0f}s {target or 0:7.0f}s  {verdict:6} {note}")
-    print(f"\nload average now {os.getloadavg()[0]:.1f} (2 cores: above ~2 the wall times include waiting "
-          f"for other work; CPU time does not)")
-    print(f"logs: {base}/selftest-1.log, -2.log, -3.log" + ("" if keep else f" (the copy stays in {kit})"))
+    print_table("./distlab test", rows, TARGETS)
+    print(f"logs: {base}/selftest-1.log, -2.log, -3.log" + ("" if a.keep else f" (the copy stays in {kit})"))
     return 0 if rows and all(r[3].split(";")[0].endswith(" 0 failed") for r in rows) else 1
