@@ -21,7 +21,9 @@ Steps (each counts its checks):
              one check per mutant, and the mutation score in the summary; two groups side by side
              in the solutions and exercises trees of the earlier steps (no workspace built from
              scratch), each mutant starting with the item that caught it last
-             (grader/mutants/first_catches.json)
+             (grader/mutants/first_catches.json); a mutant caught before is not graded again
+             while nothing its grade depends on has changed (its fingerprint, recorded in
+             build/mutants-caught.json: commands/mutants.py), unless --full or CI is set
   lint       ruff (settings in ruff.toml) on grader/ and the distlab script; ruff is taken from
              PATH or installed with pip into build/tools/ruff, and the step is skipped, saying
              why, where neither works
