@@ -232,6 +232,13 @@ class Outcome:
         return not self.problem and bool(self.caught_by)
 
 
+def _mutant_dirs(module: str) -> list[Path]:
+    """The mutant folders of a module, by name (none when it has no grader/mutants/<module>/)."""
+    folder = MUTANTS / module
+    return sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith(".")) \
+        if folder.is_dir() else []
+
+
 def discover(selectors: list[str]) -> list[tuple[str, Path]]:
     """(module, mutant folder) for each selected mutant, in course order, mutants by name. A selector
     is a module (every mutant of it: '07_pipeline', '07') or one mutant ('07_pipeline/<mutant>');
@@ -254,13 +261,8 @@ def discover(selectors: list[str]) -> list[tuple[str, Path]]:
     whole_modules = {m.name for m in man.select(whole)} if whole else set()
     out: list[tuple[str, Path]] = []
     for name in man.order:
-        folder = MUTANTS / name
-        if not folder.is_dir():
-            continue
-        for d in sorted(folder.iterdir()):
-            if d.is_dir() and not d.name.startswith(".") and \
-                    (not selectors or name in whole_modules or (name, d.name) in single):
-                out.append((name, d))
+        out.extend((name, d) for d in _mutant_dirs(name)
+                   if not selectors or name in whole_modules or (name, d.name) in single)
     return out
 
 
@@ -270,7 +272,7 @@ def selectors_of(found: list[tuple[str, Path]]) -> list[str]:
     out: list[str] = []
     for name in dict.fromkeys(m for m, _ in found):
         mine = [f.name for m, f in found if m == name]
-        every = sorted(d.name for d in (MUTANTS / name).iterdir() if d.is_dir() and not d.name.startswith("."))
+        every = [d.name for d in _mutant_dirs(name)]
         out.extend([name] if sorted(mine) == every else [f"{name}/{x}" for x in mine])
     return out
 
@@ -322,19 +324,18 @@ def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = Fa
     return out
 
 
-def run_all(modules: list[str], jobs: int = 0, fast: bool = False,
+def run_all(found: list[tuple[str, Path]], jobs: int = 0, fast: bool = False,
             on_result: Callable[[Outcome], None] | None = None, groups: int = 1,
             tree: str = TREE, workspaces: list[str] | None = None,
             pinned: dict[str, int] | None = None) -> list[Outcome]:
-    """Grades the selected mutants (modules or 'module/mutant', all when none). groups > 1: the
-    modules are split into that many groups of about equal numbers of mutants, each graded by a `./distlab mutants`
-    process of its own in its own workspace (build/grade/mutants-<i>/, or workspaces[i]: e.g. the
-    grader's solutions and exercises trees, already built, so that no workspace is built from
-    scratch), side by side: one mutant is mostly one compile on one core, so two groups keep two
-    cores busy. pinned: module -> the group it must go to. Results come in as they are graded
-    (on_result), in no fixed order across groups."""
+    """Grades the mutants `found` (discover's list). groups > 1: their modules are split into that
+    many groups of about equal numbers of mutants, each graded by a `./distlab mutants` process of
+    its own in its own workspace (build/grade/mutants-<i>/, or workspaces[i]: e.g. the grader's
+    solutions and exercises trees, already built, so that no workspace is built from scratch), side
+    by side: one mutant is mostly one compile on one core, so two groups keep two cores busy.
+    pinned: module -> the group it must go to. Results come in as they are graded (on_result), in
+    no fixed order across groups."""
     man = mf.load()
-    found = discover(modules)
     if groups > 1:
         return _run_groups(found, jobs, fast, on_result, groups, workspaces, pinned or {})
     results: list[Outcome] = []
@@ -416,9 +417,11 @@ def line(o: Outcome) -> str:
 
 
 def scores(results: list[Outcome]) -> list[tuple[str, int, int]]:
-    """(module, caught, total) per module in order, then ("overall", caught, total)."""
+    """(module, caught, total) per module in course order, then ("overall", caught, total)."""
     rows: list[tuple[str, int, int]] = []
-    for m in dict.fromkeys(o.module for o in results):
+    order = mf.load().order
+    modules = set(o.module for o in results)
+    for m in [n for n in order if n in modules] + sorted(modules - set(order)):
         mine = [o for o in results if o.module == m]
         rows.append((m, sum(o.caught for o in mine), len(mine)))
     rows.append(("overall", sum(o.caught for o in results), len(results)))
@@ -440,7 +443,7 @@ def main(a: argparse.Namespace) -> int:
     def show(o: Outcome) -> None:
         print(json.dumps(dataclasses.asdict(o)) if a.json else line(o), flush=True)
 
-    results = run_all(a.modules, a.jobs, a.fast, on_result=show, groups=max(1, a.groups),
+    results = run_all(found, a.jobs, a.fast, on_result=show, groups=max(1, a.groups),
                       tree=a.workspace)
     if a.save_first_catches:
         save_first_catches(results)

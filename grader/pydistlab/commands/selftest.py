@@ -55,13 +55,13 @@ RUFF = "ruff==0.17.6"   # installed by the lint step when no ruff is on PATH
 
 
 class Tally:
-    def __init__(self) -> None:
+    def __init__(self, full: bool = False) -> None:
         self.passed = 0
         self.failed = 0
         self.failures: list[str] = []
         self.t0 = time.monotonic()
         self.mutation_score: tuple[int, int, int] | None = None   # (caught, mutants, caught before) of that step
-        self.full = False    # --full: grade every mutant, also those caught before with nothing changed
+        self.full = full     # --full: grade every mutant, also those caught before with nothing changed
 
     def check(self, ok: bool, what: str, detail: str = "") -> bool:
         if ok:
@@ -350,12 +350,11 @@ def step_mutants(t: Tally) -> None:
     # scratch: each mutant compiles its own file and links. Modules graded under
     # ThreadSanitizer go to the reference's tree, whose TSan build the solutions step made.
     tsan = {m.name: 0 for m in mf.load().modules.values() if "thread" in m.sanitizers}
-    results = mutants.run_all(mutants.selectors_of(todo), fast=True, on_result=one, groups=2,
+    results = mutants.run_all(todo, fast=True, on_result=one, groups=2,
                               workspaces=["solutions", "exercises"], pinned=tsan) if todo else []
     mutants.record_caught(results, prints)
     rows = mutants.scores(results + [mutants.Outcome(m, f.name, caught_by=["(before)"]) for m, f in kept])
-    order = {name: i for i, name in enumerate(mf.load().order)}
-    for name, caught, total in sorted(rows[:-1], key=lambda r: order.get(r[0], 99)) + rows[-1:]:
+    for name, caught, total in rows:
         again = sum(1 for m, _ in kept if m == name or name == "overall")
         print(f"    {name}: {caught}/{total}" + (f" ({again} caught before)" if again else ""), flush=True)
     t.mutation_score = (*rows[-1][1:], len(kept))
@@ -431,8 +430,7 @@ def main(a: argparse.Namespace) -> int:
     unknown = [s for s in only if s not in STEPS]
     if unknown:
         raise DistlabError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
-    t = Tally()
-    t.full = bool(getattr(a, "full", False) or os.environ.get("CI"))
+    t = Tally(full=bool(getattr(a, "full", False) or os.environ.get("CI")))
     steps = {"build": step_build, "commands": step_commands, "tsan": step_tsan, "nccl": step_nccl,
              "solutions": step_solutions,
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
