@@ -12,7 +12,7 @@ Grading
   manifest.py      grader/manifest.toml and the hidden items in grader/hidden/<module>/items.toml
   results.py       Mode (student, solutions, submission) and the results per item, module, run
   workspace.py     the clean copies under build/grade/<id>/: lock, mirror, configure, build errors
-  sandbox.py       what a submission's code may see and use: bubblewrap views for its compile and
+  sandbox/         what a submission's code may see and use: bubblewrap views for its compile and
                    its test processes, resource limits, the owned-header rule
   runner.py        one graded item: a test process with a time limit, and what happened to it
   submission.py    reading a submission (folder or zip), taking only the owned files

@@ -60,7 +60,7 @@ def _plan_trees(selected: list[mf.Module], man: mf.Manifest, mode: Mode) -> list
 
 @dataclass
 class Guard:
-    """How a tree's builds keep the submission's code apart (sandbox.py): under bubblewrap, the
+    """How a tree's builds keep the submission's code apart (the sandbox package): under bubblewrap, the
     untrusted sources (owned files of the modules graded from the student's code) are compiled
     first, in a view without hidden tests and reference sources; everything else is built after,
     from the kit's own sources, and never compiles an untrusted source."""

@@ -1,0 +1,41 @@
+"""The grading sandbox (DESIGN.md section 6; the threat model is in docs/instructor-guide.md).
+
+A submission's code runs at two moments: when its owned files are compiled (the preprocessor and
+the assembler read any file an `#include` or `.incbin` names) and in the test processes. Both
+happen under this module's rules:
+
+  check_header()   an owned header may not add preprocessor directives beyond standard-library
+                   `#include <...>` lines: the tests (hidden ones too) compile against it, so it
+                   must not read a file or redefine a macro (EXPECT_EQ, TEST) in a test's TU.
+  probe()          whether bubblewrap can make namespaces here, and why not (once per process).
+  build_view()     the bwrap command line of one build step: system folders and the clean copy
+                   read-only, its build folder writable, no network, no kit checkout. For the
+                   submission's own translation units (untrusted=True) the hidden test sources,
+                   the objects and programs built from them and the reference sources of
+                   prerequisite modules are hidden as well.
+  TestJail         one test process: resource limits (prlimit), an unprivileged uid when the
+                   grader runs as root (setpriv), and a bwrap view holding only the test program,
+                   the public tests' folder, the module's reference outputs and an empty /tmp.
+  limit_reason()   which limit a failed test broke, from its exit status and output.
+  lock_away(), LentTo
+                   without namespaces, as root: what the submission must not read is made
+                   root-only, and its files are compiled as an unprivileged uid.
+
+The package, by concern: status (probe, describe), header_rule, bwrap (views), jail (a test
+process), agent (one sandbox per worker), limits, uid (without namespaces).
+"""
+from __future__ import annotations
+
+from .agent import AGENT_PYTHON, Agent, close_agents
+from .bwrap import BuildPlan, build_view, redact_hidden
+from .header_rule import HEADER_SUFFIXES, STD_HEADERS, check_header, check_owned_headers
+from .jail import TestJail, jail_for
+from .limits import BUILD_FILE_SIZE_MB, BUILD_MEMORY_MB, TEST_UID_BASE, TMP_SIZE_MB, XML_CAP, Limits, limit_reason
+from .probe import probe
+from .status import Status, describe
+from .uid import LentTo, build_uid, lock_away, uid_prefix
+
+__all__ = ["AGENT_PYTHON", "Agent", "close_agents", "BuildPlan", "build_view", "redact_hidden",
+           "HEADER_SUFFIXES", "STD_HEADERS", "check_header", "check_owned_headers", "TestJail", "jail_for",
+           "BUILD_FILE_SIZE_MB", "BUILD_MEMORY_MB", "TEST_UID_BASE", "TMP_SIZE_MB", "XML_CAP", "Limits",
+           "limit_reason", "Status", "describe", "probe", "LentTo", "build_uid", "lock_away", "uid_prefix"]

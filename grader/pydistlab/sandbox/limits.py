@@ -1,0 +1,79 @@
+"""Resource limits of test processes and of the compiles of submitted files, and which limit a
+failed test broke."""
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The uid (and gid) test processes run as when the grader is root; one per parallel worker, so
+#: the process limit (counted per user) of one test never starves another.
+TEST_UID_BASE = 61000
+TMP_SIZE_MB = 256              # the private /tmp of a test process (a tmpfs)
+#: Limits of each compiler process that reads a submission's files (a template or constexpr bomb
+#: must not take the grader's memory or disk; the time limit is cmake.BUILD_TIMEOUT_S).
+BUILD_MEMORY_MB = 8192
+BUILD_FILE_SIZE_MB = 1024
+XML_CAP = 4 * 1024 * 1024      # bytes of gtest report read back
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one test process (the manifest's memory_limit_mb, process_limit,
+    file_size_limit_mb, cpu_limit_s; 0 = no limit)."""
+    memory_mb: int
+    processes: int
+    file_size_mb: int
+    cpu_s: int
+
+    @staticmethod
+    def size(mb: int) -> str:
+        return f"{mb // 1024} GiB" if mb % 1024 == 0 else f"{mb} MiB"
+
+
+
+
+def tasks_of(uid: int) -> int:
+    count = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if d.stat().st_uid == uid:
+                count += sum(1 for _ in (d / "task").iterdir())
+        except OSError:
+            continue
+    return count
+
+
+def limit_reason(rc: int | None, output: str, limits: Limits | None, memory_applied: bool,
+                 network_off: bool = False) -> str:
+    """The limit a failed test process broke ("" when none can be told)."""
+    if limits is None:
+        return ""
+    if network_off and re.search(r"Network is unreachable|Connection refused|Temporary failure in name "
+                                 r"resolution|Name or service not known", output):
+        return "no network in the sandbox"
+    if rc is not None and rc < 0:
+        sig = -rc
+        if sig == signal.SIGXCPU and limits.cpu_s:
+            return f"CPU time limit {limits.cpu_s} s exceeded"
+        if sig == signal.SIGXFSZ and limits.file_size_mb:
+            return f"file size limit {Limits.size(limits.file_size_mb)} exceeded"
+    if memory_applied and limits.memory_mb and re.search(
+            r"std::bad_alloc|Cannot allocate memory|out of memory|failed to allocate", output):
+        return f"memory limit {Limits.size(limits.memory_mb)} exceeded"
+    if limits.processes and re.search(r"Resource temporarily unavailable|Cannot fork|fork: ", output):
+        return f"process limit {limits.processes} reached (a fork or a thread could not start)"
+    return ""
+
+
+
+def build_limits(untrusted: bool) -> list[str]:
+    if not untrusted or not shutil.which("prlimit"):
+        return []
+    return ["prlimit", f"--as={BUILD_MEMORY_MB * 1024 * 1024}", f"--fsize={BUILD_FILE_SIZE_MB * 1024 * 1024}",
+            "--core=0"]
+
