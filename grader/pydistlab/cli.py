@@ -43,7 +43,7 @@ def _cmd_check(a: argparse.Namespace) -> int:
 
 def _cmd_doctor(a: argparse.Namespace) -> int:
     from .commands import doctor
-    return doctor.main(install=a.install)
+    return doctor.main(install=a.install, grading_only=a.grading)
 
 
 def _cmd_build(a: argparse.Namespace) -> int:
@@ -144,6 +144,8 @@ def parser() -> argparse.ArgumentParser:
 
     d = add("doctor", _cmd_doctor, "report compilers, libraries and backends found, and what is missing")
     d.add_argument("--install", action="store_true", help="install missing Debian packages")
+    d.add_argument("--grading", action="store_true",
+                   help="with --install: only what grading needs (no plotting packages; Gradescope's setup)")
 
     b = add("build", _cmd_build, "configure and build the kit with a CMake preset")
     b.add_argument("--preset", default="default", choices=["default", "native", "debug", "tsan"])

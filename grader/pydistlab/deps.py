@@ -1,8 +1,9 @@
 """System packages the kit needs: detect them, and install the missing ones on Debian/Ubuntu.
 
 A command that needs packages calls ensure(). As root it installs them non-interactively
-(`apt-get update` once, then `apt-get install -y --no-install-recommends ...`, progress shown);
-otherwise it prints the one sudo line to run and stops.
+(`apt-get update` once, then `apt-get install -y --no-install-recommends ...`): one line per step
+(what, how many, seconds), the package manager's own output kept in build/install.log and shown,
+last lines first, only when a step fails. Otherwise it prints the one sudo line to run and stops.
 """
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import DistlabError
+from .paths import BUILD, rel
 
 
 def _any_file(*patterns: str) -> bool:
@@ -27,6 +30,7 @@ class Requirement:
     package: str              # the Debian package that provides it
     present: Callable[[], bool]
     optional: bool = False
+    grading: bool = True      # needed to grade (doctor --install --grading installs only these)
 
 
 def _which(name: str) -> Callable[[], bool]:
@@ -70,7 +74,8 @@ REQUIREMENTS: list[Requirement] = [
     Requirement("Open MPI launcher (mpirun)", "openmpi-bin", _which("mpirun")),
     Requirement("Python 3", "python3", lambda: True),
     Requirement("bubblewrap (the grading sandbox)", "bubblewrap", _which("bwrap"), optional=True),
-    Requirement("matplotlib (plots only)", "python3-matplotlib", _matplotlib, optional=True),
+    Requirement("matplotlib (plots only)", "python3-matplotlib", _matplotlib, optional=True,
+                grading=False),
 ]
 
 _updated = False
@@ -84,9 +89,45 @@ def install_line(packages: list[str]) -> str:
     return "sudo apt-get update && sudo apt-get install -y --no-install-recommends " + " ".join(packages)
 
 
+INSTALL_LOG = BUILD / "install.log"
+LOG_TAIL = 25   # lines of the package manager's output shown when a step fails
+
+
+def _apt_step(args: list[str], what: str) -> bool:
+    """Runs one apt-get step quietly: a line saying what and how long, its output appended to
+    INSTALL_LOG. On failure the log's last lines are printed. True when it succeeded."""
+    print(f"distlab: {what} ...", end="", flush=True)
+    t0 = time.monotonic()
+    INSTALL_LOG.parent.mkdir(parents=True, exist_ok=True)
+    with INSTALL_LOG.open("ab") as log:
+        log.write(f"\n$ apt-get {' '.join(args)}\n".encode())
+        log.flush()
+        r = subprocess.run(["apt-get", *args], env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"),
+                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    seconds = time.monotonic() - t0
+    if r.returncode == 0:
+        print(f" done in {seconds:.0f} s", flush=True)
+        return True
+    print(f" FAILED (status {r.returncode}, {seconds:.0f} s)", flush=True)
+    tail = INSTALL_LOG.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL:]
+    print(f"the last {len(tail)} lines of {rel(INSTALL_LOG)}:", *("  " + line for line in tail), sep="\n",
+          file=sys.stderr, flush=True)
+    return False
+
+
+def _install(packages: list[str]) -> bool:
+    """apt-get update (once per run) and install of packages, quietly (see _apt_step)."""
+    global _updated
+    if not _updated:
+        _apt_step(["update"], "updating the package lists")   # a failed update may still install
+        _updated = True
+    count = f"{len(packages)} package{'s' if len(packages) != 1 else ''}"
+    return _apt_step(["install", "-y", "--no-install-recommends", *packages],
+                     f"installing {count} ({' '.join(packages)})")
+
+
 def apt_install(packages: list[str], names: str = "") -> None:
     """Installs Debian packages as root (apt-get update once); otherwise says the sudo line."""
-    global _updated
     names = names or ", ".join(packages)
     if not shutil.which("apt-get"):
         raise DistlabError(f"missing: {names}. This is not a Debian/Ubuntu system; install the "
@@ -94,15 +135,9 @@ def apt_install(packages: list[str], names: str = "") -> None:
     if os.geteuid() != 0:
         raise DistlabError(f"missing: {names}. Install them with\n\n    {install_line(packages)}\n\n"
                            f"then run the command again.")
-    print(f"distlab: installing missing packages: {' '.join(packages)}", flush=True)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    if not _updated:
-        subprocess.run(["apt-get", "update"], env=env, check=False, stdin=subprocess.DEVNULL)
-        _updated = True
-    r = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *packages], env=env,
-                       stdin=subprocess.DEVNULL)
-    if r.returncode != 0:
-        raise DistlabError(f"apt-get install failed (status {r.returncode}); see its output above")
+    if not _install(packages):
+        raise DistlabError(f"apt-get install failed; its whole output is in {rel(INSTALL_LOG)} (the last "
+                           f"lines are above)")
 
 
 def ensure(include_optional: bool = False) -> None:
@@ -120,18 +155,10 @@ def ensure(include_optional: bool = False) -> None:
 def ensure_optional(package: str) -> bool:
     """Installs one optional package when this process may (root on Debian/Ubuntu); True when its
     requirement is met afterwards. Never raises: the caller says what is missing and goes on."""
-    global _updated
     reqs = [r for r in REQUIREMENTS if r.package == package]
     if all(r.present() for r in reqs):
         return True
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         return False
-    print(f"distlab: installing {package}", flush=True)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    if not _updated:
-        subprocess.run(["apt-get", "update"], env=env, check=False, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.DEVNULL)
-        _updated = True
-    subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", package], env=env,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    _install([package])
     return all(r.present() for r in reqs)

@@ -86,7 +86,7 @@ def _backends() -> None:
              (f" [{devices}]" if devices else ""))
 
 
-def main(install: bool = False) -> int:
+def main(install: bool = False, grading_only: bool = False) -> int:
     print("distlab doctor: tools and libraries\n")
     versions = {
         "g++": lambda: _first_line(["g++", "--version"]),
@@ -126,9 +126,11 @@ def main(install: bool = False) -> int:
 
     need = deps.missing(include_optional=False)
     optional = [r for r in deps.missing(include_optional=True) if r.optional]
+    if grading_only:   # the sandbox is optional for the kit but part of grading
+        optional = [r for r in optional if r.grading]
     print()
     if install and (need or optional):
-        deps.ensure(include_optional=True)
+        deps.apt_install(sorted({r.package for r in need + optional}), ", ".join(r.what for r in need + optional))
         print("installed; run ./distlab doctor again to see the result")
         return 0
     if need:
