@@ -130,8 +130,8 @@ def list_tests(binary: Path, cwd: Path, env: dict[str, str], jail: sandbox.TestJ
         if key in _listings:
             return _listings[key]
     try:
-        proc = launch(binary, ["--gtest_list_tests"], cwd, {k: v for k, v in env.items()
-                                                            if k != "DISTLAB_REPORT_CHANNEL"}, jail, None)
+        proc = launch(binary, ["--gtest_list_tests"], cwd, dict(env, DISTLAB_REPORT_CHANNEL="none"),
+                      jail, None)
     except OSError:
         return None
     out = bytearray()

@@ -62,13 +62,17 @@ def clean_as_uid():
 '''
 
 def processes_of(uid: int, proc: Path = Path("/proc")) -> list[int]:
-    """The live processes that run as uid (any of their uids; zombies, which no signal ends, left
-    out), from /proc."""
+    """The live processes of this pid namespace that run as uid (any of their uids; zombies, which
+    no signal ends, left out), from /proc. (Processes in namespaces of their own, such as another
+    grader's bubblewrap sandboxes using the same uids, are not this grader's to end.)"""
     found = []
+    mine = os.readlink("/proc/self/ns/pid")
     for d in proc.iterdir():
         if not d.name.isdigit():
             continue
         try:
+            if os.readlink(d / "ns" / "pid") != mine:
+                continue
             fields = dict(line.split(":", 1) for line in (d / "status").read_text().splitlines() if ":" in line)
         except OSError:
             continue
