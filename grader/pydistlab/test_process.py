@@ -89,6 +89,9 @@ class _InAgent(Process):
             self.rc = -signal.SIGKILL
 
 
+_swept_before: set[int] = set()
+
+
 def launch(binary: Path, args: list[str], cwd: Path, env: dict[str, str], jail: sandbox.TestJail | None,
            channel: gtest_report.Channel | None) -> Process:
     """Starts `binary args` (in jail, when given) with env (made from the allowlist) and, with a
@@ -109,6 +112,9 @@ def launch(binary: Path, args: list[str], cwd: Path, env: dict[str, str], jail: 
         return _InAgent(agent, [*jail.drop(binary), *cmd], full_env, cwd, channel.control,
                         channel.write_fd, jail.rlimits(), uid or 0)
     sweep = uid if jail is not None and not jail.status.isolated else None
+    if sweep is not None and sweep not in _swept_before:   # what a grade cut short may have left
+        _swept_before.add(sweep)
+        sandbox.sweep_uid(sweep)
     proc = _Popen(jail.command(cmd, binary, cwd) if jail is not None else cmd, cwd, full_env,
                   channel.control if channel else None, (channel.write_fd,) if channel else (), sweep)
     proc.via_bwrap = jail is not None and jail.status.isolated
