@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 import unittest
+from pathlib import Path
 
-from test_grader import FIX_HEAD, GraderTestCase, _kit_snapshot, _sandboxed
-from pydistlab import gtest_report, sandbox
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # grader/: pydistlab
+
+from pydistlab import gtest_report, sandbox  # noqa: E402
+from test_grader import FIX_HEAD, GraderTestCase, _kit_snapshot, _sandboxed  # noqa: E402
 
 #: As test_grader.TestSandbox: without namespaces a root grader still runs tests as another uid.
 MODES = ("auto", "limits") if os.geteuid() == 0 else ("auto",)
