@@ -3,8 +3,8 @@ submissions graded on the miniature kit (test_grader.py's), in both sandbox mode
 
 - the grader's environment does not reach a test (an allowlist);
 - a report forged from inside the test process (the /proc/self/cmdline attack, a fake XML written to
-  every open descriptor) scores zero with a reason; checks of the report itself (DOCTYPE, size cap,
-  nonce, test count, the program's own list) without a build;
+  every open descriptor) scores zero with a reason, and so does a main() of its own; checks of the
+  report itself (DOCTYPE, size cap, nonce, test count, the program's own list) without a build;
 - nothing passes from one test or grade to the next: kernel keyrings, SysV shared memory, POSIX
   message queues, processes (one that tries to kill the sweeper included).
 
@@ -78,8 +78,9 @@ class TestRunTime(GraderTestCase):
 
     def test_a_report_forged_from_inside_the_test_scores_zero(self) -> None:
         # A static initializer looks for the report's descriptor in /proc/self/cmdline (where
-        # --gtest_output=xml:/dev/fd/N used to be), writes a passing report for the filter's test
-        # (with a trailer of a guessed nonce) to it and to every open descriptor, and exits 0.
+        # --gtest_output=xml:/dev/fd/N used to be) and for the control line on stdin (the kit's
+        # main has read it already), writes a passing report for the filter's test, with a
+        # trailer, to it and to every open descriptor, and exits 0.
         forge = r'''#include <fcntl.h>
 #include <unistd.h>
 #include <cstring>
@@ -96,12 +97,18 @@ int forge() {
     if (std::strncmp(buf + i, "--gtest_output=xml:", 19) == 0) report = buf + i + 19;
   }
   if (filter.empty()) return 0;
+  std::string nonce = "0123456789abcdef0123456789abcdef";   // a guess, unless stdin still says it
+  char ctl[256] = {};
+  if (read(0, ctl, sizeof ctl - 1) > 9 && std::strncmp(ctl, "DISTLAB1 ", 9) == 0) {
+    nonce = std::string(ctl + 9);
+    nonce.erase(nonce.find(' '));
+  }
   std::string suite = filter.substr(0, filter.find('.')), test = filter.substr(filter.find('.') + 1);
   if (test.find('*') != std::string::npos) test.erase(test.find('*'));
   std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites tests=\"1\" failures=\"0\">"
       "<testsuite name=\"" + suite + "\" tests=\"1\"><testcase name=\"" + test + "\" classname=\"" + suite +
       "\" status=\"run\" result=\"completed\"/></testsuite></testsuites>\n"
-      "\nDISTLAB-TRAILER 0123456789abcdef0123456789abcdef 1\n";
+      "\nDISTLAB-TRAILER " + nonce + " 1\n";
   if (!report.empty()) {
     int r = open(report.c_str(), O_WRONLY);
     (void)!write(r, xml.data(), xml.size());
@@ -118,6 +125,16 @@ const int forged = forge();
                 for name in ("01_fix/add", "01_fix/twice", "01_fix/add_large"):
                     self.assertEqual(tests[name]["score"], 0, tests[name]["output"][:500])
                     self.assertIn("not written by the kit's test main", tests[name]["output"])
+
+    def test_a_main_of_its_own_does_not_link(self) -> None:
+        # A submitted main() would take the kit's place (and read the control line on stdin): the
+        # kit's test main is an object that is always linked, so a second main is a link error.
+        body = ("int add(int a, int b) { return a + b; }\nint twice(int a) { return 2 * a; }\n"
+                "int main() { return 0; }\n")
+        tests = self.attack(body)
+        for name in ("01_fix/add", "01_fix/twice", "01_fix/add_large"):
+            self.assertEqual(tests[name]["score"], 0)
+            self.assertIn("does not compile", tests[name]["output"])
 
     def test_nothing_passes_from_one_test_or_grade_to_the_next(self) -> None:
         # Each item first looks for what an earlier one left (a key in the uid's and the session
