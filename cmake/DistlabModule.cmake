@@ -32,7 +32,8 @@ endfunction()
 #                      [LABELS label...])
 #   In grader/tests/<NAME>/ or grader/hidden/<NAME>/: a GoogleTest executable linked to the
 #   module's library (and LIBS), added to module_<NAME> and grade_<NAME> and registered with
-#   CTest (label: module). INCLUDES: folders of shared test headers (a hidden test names its public
+#   CTest (label: module). Its main() is the kit's (distlab_test_main: GoogleTest's, plus the
+#   grader's report channel). INCLUDES: folders of shared test headers (a hidden test names its public
 #   tests' folder).
 #   Does nothing when the module is not part of this tree.
 function(distlab_module_tests name)
@@ -43,7 +44,7 @@ function(distlab_module_tests name)
   add_executable(${T_TARGET} ${T_SOURCES})
   target_include_directories(${T_TARGET} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${T_INCLUDES})
   target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing ${T_LIBS}
-                        GTest::gtest_main distlab_options)
+                        distlab_test_main distlab_options)
   # The test file itself at -O1 in Release (like the programs' drivers): GoogleTest and Eigen make
   # it costly to compile and -O1 takes about 30% off; the code under test (the module's library,
   # the kit) stays at -O3, and every -O level rounds the same (no -ffast-math, no contraction).
@@ -68,7 +69,7 @@ function(distlab_module_mpi_tests name)
   add_executable(${T_TARGET} ${T_SOURCES})
   target_include_directories(${T_TARGET} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing ${T_LIBS}
-                        GTest::gtest_main distlab_options)
+                        distlab_test_main distlab_options)
   foreach(np IN LISTS T_NP)
     add_test(NAME ${name}_mpi_np${np}
       COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${np} --oversubscribe

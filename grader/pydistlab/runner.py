@@ -4,25 +4,24 @@ Whatever the test does (crash, hang, deadlock, flood of output, exit, a broken r
 the grader gets back an Outcome with a short reason, and nothing is left running. With a
 sandbox.TestJail the process runs under its limits and in its bubblewrap view.
 
-The gtest report comes back through a pipe the grader opened (--gtest_output=xml:/dev/fd/N), never
-through a file: no other process can write it, and a report that names a test outside the filter
-is refused."""
+The gtest report comes back through a pipe the grader opened and the kit's test main set up
+(gtest_report: nothing in argv or the environment names it, and a report without this run's nonce,
+with a DOCTYPE, over the size cap, or that differs from the tests the filter selects is refused);
+test_process starts the program in its jail with an allowlisted environment."""
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
 import time
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
-from . import sandbox
+from . import gtest_report, sandbox, test_process
+
+_parse_xml = gtest_report.parse_xml   # (the name the self-test's older checks use)
 
 OUTPUT_CAP = 10 * 1024            # bytes of output kept per test ("output truncated" beyond)
 FLOOD_LIMIT = 1024 * 1024         # more output than this fails the test at once ("output flood")
@@ -85,75 +84,6 @@ class _Capture(threading.Thread):
                 self.tail.decode("utf-8", "replace"))
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-
-
-class _Report(threading.Thread):
-    """Reads the gtest report from the read end of a pipe (at most sandbox.XML_CAP bytes)."""
-
-    def __init__(self, fd: int) -> None:
-        super().__init__(daemon=True)
-        self.fd = fd
-        self.data = bytearray()
-
-    def run(self) -> None:
-        try:
-            with os.fdopen(self.fd, "rb", buffering=0) as f:
-                while True:
-                    chunk = f.read(65536)
-                    if not chunk:
-                        break
-                    if len(self.data) < sandbox.XML_CAP:
-                        self.data += chunk[: sandbox.XML_CAP - len(self.data)]
-        except OSError:
-            pass
-
-
-def _matches(name: str, gtest_filter: str) -> bool:
-    """Whether a test's full name is selected by a gtest filter (POS[-NEG], ':'-separated globs)."""
-    pos, _, neg = gtest_filter.partition("-")
-    if not any(fnmatch.fnmatchcase(name, p) for p in (pos or "*").split(":") if p):
-        return False
-    return not any(fnmatch.fnmatchcase(name, p) for p in neg.split(":") if p)
-
-
-def _parse_xml(data: bytes, gtest_filter: str = "*") -> tuple[int, int, list[str], list[str]] | None:
-    """(tests run, failed, failure messages, skip messages) from a gtest XML report; None when it
-    is not one, or names a test the filter does not select (a forged report)."""
-    try:
-        root = ET.fromstring(data)
-    except ET.ParseError:
-        return None
-    if root.tag != "testsuites":
-        return None
-    for case in root.iter("testcase"):
-        if not _matches(f"{case.get('classname')}.{case.get('name')}", gtest_filter):
-            return None
-    run = failed = 0
-    failures: list[str] = []
-    skips: list[str] = []
-    for case in root.iter("testcase"):
-        if case.get("status", "run") != "run":
-            continue  # DISABLED_ tests
-        skipped = case.find("skipped")
-        if case.get("result") == "skipped" or skipped is not None:
-            skips.append(f"{case.get('classname')}.{case.get('name')}: " +
-                         ((skipped.get("message") or skipped.text or "") if skipped is not None else ""))
-            continue
-        run += 1
-        fails = case.findall("failure") + case.findall("error")
-        if fails:
-            failed += 1
-            for f in fails:
-                msg = (f.text or f.get("message") or "").strip()
-                failures.append(f"{case.get('classname')}.{case.get('name')}: {msg}")
-    return run, failed, failures, skips
-
-
 def _headline(failures: list[str], output: str) -> str:
     """The most telling line: fake_dist's deadlock/timeout report, a TODO, or the first failure."""
     text = "\n".join(failures) + "\n" + output
@@ -189,61 +119,6 @@ def _headline(failures: list[str], output: str) -> str:
     return "test failed"
 
 
-class _Process:
-    """A started test process: its output pipe (read end), wait and kill."""
-    stdout: BinaryIO
-
-    def wait(self, timeout_s: float | None) -> int | None:
-        raise NotImplementedError
-
-    def kill(self) -> None:
-        raise NotImplementedError
-
-
-class _Popen(_Process):
-    """A test in a process (and, with bubblewrap, a sandbox) of its own."""
-
-    def __init__(self, cmd: list[str], cwd: Path, env: dict[str, str], write_fd: int) -> None:
-        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True, pass_fds=(write_fd,))
-        assert self.proc.stdout is not None
-        self.stdout = self.proc.stdout
-
-    def wait(self, timeout_s: float | None) -> int | None:
-        return self.proc.wait(timeout=timeout_s)
-
-    def kill(self) -> None:
-        _kill_group(self.proc.pid)
-
-
-class _InAgent(_Process):
-    """A test started by its worker's long-lived sandbox (sandbox.Agent)."""
-
-    def __init__(self, agent: sandbox.Agent, argv: list[str], env: dict[str, str], cwd: Path,
-                 write_fd: int, rlimits: list[tuple[str, int]], uid: int) -> None:
-        self.agent = agent
-        self.rc: int | None = None
-        out_r, out_w = os.pipe()
-        argv = [shutil.which(argv[0]) or argv[0], *argv[1:]]
-        try:
-            agent.start(argv, env, cwd, out_w, write_fd, rlimits, uid)
-        except OSError:
-            agent.kill()
-            self.rc = -signal.SIGKILL
-        finally:
-            os.close(out_w)
-        self.stdout = os.fdopen(out_r, "rb", buffering=0)
-
-    def wait(self, timeout_s: float | None) -> int | None:
-        if self.rc is None:
-            self.rc = self.agent.wait(timeout_s if timeout_s is not None else 60.0)
-        return self.rc
-
-    def kill(self) -> None:
-        if self.rc is None:   # still running (a timeout or a flood): end its whole sandbox
-            self.agent.kill()
-            self.rc = -signal.SIGKILL
 #: Lines gtest writes itself around a failed assertion (not the test's own message).
 _GTEST_LINE = re.compile(r"^(Expected|Actual|Value of|Which is|Failed$|The difference between|"
                          r"Expected equality|expected|actual|Google Test trace|\S+:\d+: Failure|"
@@ -279,29 +154,19 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
     t0 = time.monotonic()
     if not binary.is_file():
         return Outcome(False, f"test program {binary.name} was not built", "", 0.0)
-    read_fd, write_fd = os.pipe()
-    cmd = [str(binary), f"--gtest_filter={gtest_filter}", f"--gtest_output=xml:/dev/fd/{write_fd}",
-           "--gtest_color=no", "--gtest_brief=0"]
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    agent = jail.agent(binary, cwd) if jail is not None else None
-    if jail is not None:
-        uid = jail.uid(binary)
-        if uid is not None:   # gtest reopens /dev/fd/N: the pipe must belong to the test's uid
-            os.fchown(write_fd, uid, uid)
-    if agent is not None and jail is not None:
-        proc: _Process = _InAgent(agent, [*jail.drop(binary), *cmd], full_env, cwd, write_fd,
-                                  jail.rlimits(), jail.uid(binary) or 0)
-    else:
-        try:
-            proc = _Popen(jail.command(cmd, binary, cwd) if jail is not None else cmd, cwd,
-                          full_env, write_fd)
-        except OSError as e:
-            os.close(read_fd)
-            os.close(write_fd)
-            return Outcome(False, f"could not start {binary.name}: {e}", "", 0.0)
-    os.close(write_fd)
-    report = _Report(read_fd)
+    env = dict(env or {}, DISTLAB_REPORT_CHANNEL="stdin")
+    expected_names = test_process.list_tests(binary, cwd, env, jail)
+    expected = gtest_report.selected(expected_names, gtest_filter) if expected_names is not None else None
+    channel = gtest_report.Channel(jail.uid(binary) if jail is not None else None)
+    try:
+        proc = test_process.launch(binary, [f"--gtest_filter={gtest_filter}", "--gtest_color=no",
+                                            "--gtest_brief=0"], cwd, env, jail, channel)
+    except OSError as e:
+        channel.close_child_ends()
+        os.close(channel.read_fd)
+        return Outcome(False, f"could not start {binary.name}: {e}", "", 0.0)
+    channel.close_child_ends()
+    report = gtest_report.Reader(channel.read_fd)
     report.start()
     cap = _Capture(proc.stdout, proc.kill)
     cap.start()
@@ -319,10 +184,11 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
     output = cap.text()
     if strip_prefix:
         output = output.replace(strip_prefix, "")
-    parsed = None if (timed_out or cap.flooded or report.is_alive()) else _parse_xml(bytes(report.data),
-                                                                                      gtest_filter)
+    checked = gtest_report.Checked(None) if (timed_out or cap.flooded or report.is_alive()) else \
+        gtest_report.check(bytes(report.data), report.over_cap, channel.nonce, gtest_filter, expected)
+    parsed = checked.parsed
 
-    if agent is None and jail is not None and jail.status.isolated and rc is not None and rc > 128:
+    if proc.via_bwrap and rc is not None and rc > 128:
         rc = -(rc - 128)   # bwrap exits with 128 + the signal that ended the test
     limits = jail.limits if jail is not None else None
     network_off = jail is not None and jail.status.isolated
@@ -350,9 +216,9 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
     if parsed is None:
         if limit:
             return Outcome(False, f"{limit}; exited with status {rc}", output, seconds)
-        if report.data and rc == 0:
-            return Outcome(False, "its test report was not the one gtest writes for this filter "
-                           "(refused)", output, seconds)
+        if checked.refused:
+            return Outcome(False, checked.refused + (f"; exited with status {rc}" if rc else ""),
+                           output, seconds)
         return Outcome(False, f"exited with status {rc} before writing its test report", output, seconds)
     run, failed, failures, skips = parsed
     if strip_prefix:

@@ -53,6 +53,7 @@ def make_kit() -> None:
             files[f"grader/pydistlab/{p.relative_to(package).as_posix()}"] = p
     for name in ("setup.sh", "run_autograder"):
         files[f"grader/gradescope/{name}"] = ROOT / "grader" / "gradescope" / name
+    files["support/test_main.cpp"] = ROOT / "libdist" / "testing" / "test_main.cpp"   # the kit's test main
     fixture = HERE / "fixture_kit"
     for p in fixture.rglob("*"):
         if p.is_file():

@@ -22,20 +22,24 @@ happen under this module's rules:
                    root-only, and its files are compiled as an unprivileged uid.
 
 The package, by concern: status (probe, describe), header_rule, bwrap (views), jail (a test
-process), agent (one sandbox per worker), limits, uid (without namespaces).
+process), agent (one sandbox per worker), limits, uid (without namespaces), environ (a test's
+environment: an allowlist), sweep (nothing of a test outlives it: processes, keyrings, IPC).
 """
 from __future__ import annotations
 
 from .agent import AGENT_PYTHON, Agent, close_agents
 from .bwrap import BuildPlan, build_view, redact_hidden
+from .environ import test_env
 from .header_rule import HEADER_SUFFIXES, STD_HEADERS, check_header, check_owned_headers
 from .jail import TestJail, jail_for
 from .limits import BUILD_FILE_SIZE_MB, BUILD_MEMORY_MB, TEST_UID_BASE, TMP_SIZE_MB, XML_CAP, Limits, limit_reason
 from .probe import probe
 from .status import Status, describe
+from .sweep import processes_of, sweep_uid
 from .uid import LentTo, build_uid, lock_away, uid_prefix
 
 __all__ = ["AGENT_PYTHON", "Agent", "close_agents", "BuildPlan", "build_view", "redact_hidden",
            "HEADER_SUFFIXES", "STD_HEADERS", "check_header", "check_owned_headers", "TestJail", "jail_for",
            "BUILD_FILE_SIZE_MB", "BUILD_MEMORY_MB", "TEST_UID_BASE", "TMP_SIZE_MB", "XML_CAP", "Limits",
-           "limit_reason", "Status", "describe", "probe", "LentTo", "build_uid", "lock_away", "uid_prefix"]
+           "limit_reason", "Status", "describe", "probe", "LentTo", "build_uid", "lock_away", "uid_prefix",
+           "test_env", "processes_of", "sweep_uid"]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import manifest as mf
-from .agent import AGENT_PYTHON, Agent, agents, agents_lock
+from .agent import AGENT_CAPS, AGENT_PYTHON, Agent, agents, agents_lock
 from .bwrap import _base
 from .limits import TEST_UID_BASE, TMP_SIZE_MB, Limits, tasks_of
 from .status import Status
@@ -54,11 +54,12 @@ class TestJail:
         return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
                 "--bounding-set=-all", "--"] if uid is not None else []
 
-    def view(self, binary: Path, cwd: Path, root: bool) -> list[str]:
-        """The bwrap prefix: system folders, the test program, the readable paths and cwd."""
+    def view(self, binary: Path, cwd: Path, root: bool, agent: bool = False) -> list[str]:
+        """The bwrap prefix: system folders, the test program, the readable paths and cwd. root:
+        bwrap as root with the capabilities setpriv needs (agent: the agent's, AGENT_CAPS)."""
         if root:
-            view = [*_base(user_ns=False), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                    "--cap-add", "CAP_SETPCAP"]
+            caps = AGENT_CAPS if agent else ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
+            view = [*_base(user_ns=False), *(a for cap in caps for a in ("--cap-add", cap))]
         else:
             view = [*_base(), "--unshare-user", "--disable-userns"]
         view += ["--size", str(TMP_SIZE_MB * 1024 * 1024), "--tmpfs", "/tmp"]
@@ -84,7 +85,7 @@ class TestJail:
         with agents_lock:
             agent = agents.get(key)
             if agent is None or not agent.alive():
-                agent = agents[key] = Agent(self.view(binary, cwd, root=True))
+                agent = agents[key] = Agent(self.view(binary, cwd, root=True, agent=True))
             return agent
 
     def uid(self, binary: Path) -> int | None:
