@@ -155,7 +155,7 @@ def _parse_xml(data: bytes, gtest_filter: str = "*") -> tuple[int, int, list[str
 
 
 def _headline(failures: list[str], output: str) -> str:
-    """The most telling line: fake_dist's deadlock/timeout report, a TODO, or the first failure."""
+    """The most telling line: the threads backend's deadlock/timeout report, a TODO, or the first failure."""
     text = "\n".join(failures) + "\n" + output
     for key in ("deadlock:", "not implemented:", "TimeoutError", "timed out"):
         for line in text.splitlines():
