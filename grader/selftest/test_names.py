@@ -2,8 +2,8 @@
 
 It is selected as `dist::Backend::Threads` / `--backend threads`, lives in libdist/threads/, is
 described in docs/threads_backend.md, its C++ namespace is `dist::detail::threads` and its CTest
-label `threads_backend`. The names it had before (the old doc file's name, a "fake" namespace, the
-"threads engine" of the old comments) must not come back in any tracked file: a student reading
+label `threads_backend`. The names it had before (the old doc file's name, a "fake" namespace,
+"engine" in the old comments: OLD_NAMES) must not come back in any tracked file: a student reading
 the docs, the error texts and the sources should meet one name. Cheap: reads the tracked files.
 
 Run: python3 -m unittest discover -s grader/selftest -p test_names.py -v   (or ./distlab test)
