@@ -1,5 +1,5 @@
 // bench_collectives: an nccl-tests-style table for the built-in collectives of the threads
-// backend (fake_dist), plus an 8-byte point-to-point latency line, and (with --mpi) Open MPI's
+// backend, plus an 8-byte point-to-point latency line, and (with --mpi) Open MPI's
 // MPI_Allreduce measured by bench_mpi_allreduce in the same run, side by side.
 //
 //   bench_collectives --world-sizes 2,4,8 --sizes 4M --ops all_reduce --mpi
@@ -187,8 +187,7 @@ std::vector<bench::Row> run_mpi(const std::string& mpirun, const std::string& pr
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "nccl-tests-style table for the built-in collectives of the threads backend (fake_dist)"};
+  CLI::App app{"nccl-tests-style table for the built-in collectives of the threads backend"};
   std::vector<int> world_sizes{2, 4, 8};
   std::vector<std::string> sizes;
   std::string min_bytes = "1K", max_bytes = "4M", csv_path;
@@ -238,8 +237,8 @@ int main(int argc, char** argv) {
     std::FILE* table = (csv_path == "-") ? stderr : stdout;
     std::vector<bench::Row> rows;
     std::printf(
-        "# fake_dist built-in collectives, float32, median of %d iterations (%d warm-up), %u "
-        "hardware threads\n",
+        "# built-in collectives of the threads backend, float32, median of %d iterations (%d "
+        "warm-up), %u hardware threads\n",
         iters, warmup, std::thread::hardware_concurrency());
     bench::print_header(table);
     for (int p : world_sizes) {

@@ -47,7 +47,7 @@ NOT_RUN: dict[str, str] = {
              "of the kit",
     "build --preset debug": "a second whole build, with AddressSanitizer (minutes)",
     "build --preset tsan": "a second whole build, with ThreadSanitizer (minutes): the tsan step builds "
-                           "fake_dist's tests with it",
+                           "the threads backend's tests with it",
 }
 
 

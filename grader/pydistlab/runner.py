@@ -85,7 +85,7 @@ class _Capture(threading.Thread):
 
 
 def _headline(failures: list[str], output: str) -> str:
-    """The most telling line: fake_dist's deadlock/timeout report, a TODO, or the first failure."""
+    """The most telling line: the threads backend's deadlock/timeout report, a TODO, or the first failure."""
     text = "\n".join(failures) + "\n" + output
     for key in ("deadlock:", "not implemented:", "TimeoutError", "timed out"):
         for line in text.splitlines():

@@ -260,7 +260,7 @@ TEST(AnySource, AnySourceAndNamedReceiveOnTheSameTagAreRefused) {
 
 TEST(AnySource, TraceNamesTheSource) {
   const auto path = std::filesystem::temp_directory_path() /
-                    ("fake_dist_any_" + std::to_string(::getpid()) + ".json");
+                    ("threads_backend_any_" + std::to_string(::getpid()) + ".json");
   auto o = any_opts(3);
   o.trace_path = path.string();
   run_ranks(o, [] {

@@ -353,7 +353,7 @@ TEST(Determinism, BitIdenticalTimesAcrossRuns) {
 
 TEST(Trace, ValidChromeTraceWithOneTrackPerRank) {
   const auto path = std::filesystem::temp_directory_path() /
-                    ("fake_dist_trace_" + std::to_string(::getpid()) + ".json");
+                    ("threads_backend_trace_" + std::to_string(::getpid()) + ".json");
   auto o = clock_opts(3);
   o.trace_path = path.string();
   run_ranks(o, [] {
@@ -391,7 +391,7 @@ TEST(Trace, ValidChromeTraceWithOneTrackPerRank) {
 
 TEST(Trace, WrittenAlsoWhenLaunchFails) {
   const auto path = std::filesystem::temp_directory_path() /
-                    ("fake_dist_trace_fail_" + std::to_string(::getpid()) + ".json");
+                    ("threads_backend_trace_fail_" + std::to_string(::getpid()) + ".json");
   auto o = clock_opts(2);
   o.trace_path = path.string();
   expect_error<dist::DeadlockError>(o, [] {

@@ -1,4 +1,4 @@
-// Receives from any source on the threads engine (recv_any / irecv_any), made deterministic.
+// Receives from any source on the threads backend (recv_any / irecv_any), made deterministic.
 //
 // A real network delivers whichever message reaches the receiver first, so an any-source receive
 // depends on timing. Here the engine picks by the simulated clock instead: among the unmatched
@@ -23,7 +23,7 @@
 
 #include "threads/engine.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 void Engine::post_any_locked(int r, const std::shared_ptr<P2POp>& op) {
   any_recvs_[static_cast<std::size_t>(r)].push_back(op);
@@ -97,4 +97,4 @@ bool Engine::try_resolve_for_poll(const std::shared_ptr<P2POp>& op) {
   return op->done.load(std::memory_order_relaxed);
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

@@ -1,4 +1,4 @@
-// Built-in collectives on the threads engine. Every rank's call arrives in the slot of its n-th
+// Built-in collectives on the threads backend. Every rank's call arrives in the slot of its n-th
 // collective; the last arriver checks that the calls match and replays the documented schedule
 // (schedules.cpp) to get every rank's clock and traffic. The data moves through shared memory:
 // each rank moves its own part (or, with an async caller, the last arriver moves it all), and each
@@ -8,7 +8,7 @@
 
 #include "threads/engine.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 namespace {
 constexpr std::size_t kSmallTile = 8192;  // bytes per reduction tile
@@ -364,4 +364,4 @@ void Engine::sim_reduce(int r, std::size_t bytes) {
   if (c > 0) sim_compute(r, c, "reduce");
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

@@ -1,4 +1,4 @@
-// The simulated device of the threads engine (<dist/device.hpp>): streams as in-order queues on
+// The simulated device of the threads backend (<dist/device.hpp>): streams as in-order queues on
 // the rank's simulated clock, events, device buffers, kernels and copies, and the host calls that
 // block (synchronize) or not (everything else), as CUDA's do. The race detector that every
 // enqueue consults is stream_race.cpp; the state is device_state.hpp.
@@ -17,7 +17,7 @@
 #include "threads/device_state.hpp"
 #include "threads/engine.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 namespace {
 
@@ -140,13 +140,13 @@ DeviceOp enqueue(const DeviceContext& c, int stream, const std::string& what,
   return op;
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads
 
 namespace dist::device {
 
-namespace fake = ::dist::detail::fake;
-using fake::device_context;
-using fake::DeviceContext;
+namespace threads = ::dist::detail::threads;
+using threads::device_context;
+using threads::DeviceContext;
 
 void set_model(const DeviceModel& m) {
   if (::dist::detail::real_device()) return;  // a real device has its own costs
@@ -188,7 +188,7 @@ void buffer_destroy(std::uint64_t id) noexcept {
     return;
   }
   int r = -1;
-  auto* e = fake::Engine::of_this_thread(r);
+  auto* e = threads::Engine::of_this_thread(r);
   if (!e) return;
   auto& dev = e->rank_state(r).device;
   if (dev) dev->buffers.erase(id);
@@ -224,20 +224,20 @@ int stream_create(const std::string& name) {
        ++k) {
     shown = name + "#" + std::to_string(k);
   }
-  fake::StreamState s;
+  threads::StreamState s;
   s.name = shown;
-  s.tail = fake::host_clock(c);
+  s.tail = threads::host_clock(c);
   c.dev.streams.push_back(std::move(s));
-  return fake::make_handle(c.rank, c.dev.streams.size() - 1);
+  return threads::make_handle(c.rank, c.dev.streams.size() - 1);
 }
 
 int event_create(const std::string& name) {
   if (auto* real = ::dist::detail::real_device()) return real->event_create(name);
   auto c = device_context("Event");
-  fake::EventState e;
+  threads::EventState e;
   e.name = name;
   c.dev.events.push_back(std::move(e));
-  return fake::make_handle(c.rank, c.dev.events.size() - 1);
+  return threads::make_handle(c.rank, c.dev.events.size() - 1);
 }
 
 void copy(int stream, CopyKind kind, void* dst, const void* src, std::size_t bytes,
@@ -251,8 +251,8 @@ void copy(int stream, CopyKind kind, void* dst, const void* src, std::size_t byt
   std::vector<Access> accesses;
   if (src_buffer) accesses.push_back({src_buffer, false});
   if (dst_buffer) accesses.push_back({dst_buffer, true});
-  fake::enqueue(
-      c, stream, fake::copy_name(kind), accesses,
+  threads::enqueue(
+      c, stream, threads::copy_name(kind), accesses,
       [&](double start) {
         if (bytes) std::memmove(dst, src, bytes);
         return start + static_cast<double>(bytes) / bw;
@@ -265,73 +265,73 @@ void copy(int stream, CopyKind kind, void* dst, const void* src, std::size_t byt
 void Stream::synchronize() {
   if (auto* real = ::dist::detail::real_device()) return real->stream_synchronize(id_);
   auto c = device_context("Stream::synchronize");
-  auto& s = fake::stream_of(c, id_);
-  fake::host_wait(c, s.tail, s.clock, "synchronize '" + s.name + "'");
+  auto& s = threads::stream_of(c, id_);
+  threads::host_wait(c, s.tail, s.clock, "synchronize '" + s.name + "'");
 }
 
 bool Stream::query() {
   if (auto* real = ::dist::detail::real_device()) return real->stream_query(id_);
   auto c = device_context("Stream::query");
-  auto& s = fake::stream_of(c, id_);
-  if (s.tail > fake::host_clock(c)) return false;
-  fake::join(c.dev.host, s.clock);
+  auto& s = threads::stream_of(c, id_);
+  if (s.tail > threads::host_clock(c)) return false;
+  threads::join(c.dev.host, s.clock);
   return true;
 }
 
 void Stream::wait_event(const Event& e) {
   if (auto* real = ::dist::detail::real_device()) return real->stream_wait_event(id_, e.id());
   auto c = device_context("Stream::wait_event");
-  auto& s = fake::stream_of(c, id_);
-  auto& ev = fake::event_of(c, e.id());
+  auto& s = threads::stream_of(c, id_);
+  auto& ev = threads::event_of(c, e.id());
   if (!ev.recorded) return;
-  fake::join(s.clock, ev.clock);
-  const double from = std::max(s.tail, fake::host_clock(c));
-  if (ev.time > from) fake::trace_span(c, s, "wait event '" + ev.name + "'", from, ev.time, 0);
+  threads::join(s.clock, ev.clock);
+  const double from = std::max(s.tail, threads::host_clock(c));
+  if (ev.time > from) threads::trace_span(c, s, "wait event '" + ev.name + "'", from, ev.time, 0);
   s.tail = std::max(s.tail, ev.time);
 }
 
 void Event::record(Stream& st) {
   if (auto* real = ::dist::detail::real_device()) return real->event_record(id_, st.id());
   auto c = device_context("Event::record");
-  auto& s = fake::stream_of(c, st.id());
-  auto& ev = fake::event_of(c, id_);
-  fake::join(s.clock, c.dev.host);
+  auto& s = threads::stream_of(c, st.id());
+  auto& ev = threads::event_of(c, id_);
+  threads::join(s.clock, c.dev.host);
   ev.recorded = true;
-  ev.time = std::max(s.tail, fake::host_clock(c));
+  ev.time = std::max(s.tail, threads::host_clock(c));
   ev.clock = s.clock;
   ev.stream = s.name;
-  fake::charge_launch(c);
+  threads::charge_launch(c);
 }
 
 bool Event::query() {
   if (auto* real = ::dist::detail::real_device()) return real->event_query(id_);
   auto c = device_context("Event::query");
-  auto& ev = fake::event_of(c, id_);
+  auto& ev = threads::event_of(c, id_);
   if (!ev.recorded) return true;
-  if (ev.time > fake::host_clock(c)) return false;
-  fake::join(c.dev.host, ev.clock);
+  if (ev.time > threads::host_clock(c)) return false;
+  threads::join(c.dev.host, ev.clock);
   return true;
 }
 
 void Event::synchronize() {
   if (auto* real = ::dist::detail::real_device()) return real->event_synchronize(id_);
   auto c = device_context("Event::synchronize");
-  auto& ev = fake::event_of(c, id_);
+  auto& ev = threads::event_of(c, id_);
   if (!ev.recorded) return;
-  fake::host_wait(c, ev.time, ev.clock, "synchronize event '" + ev.name + "'");
+  threads::host_wait(c, ev.time, ev.clock, "synchronize event '" + ev.name + "'");
 }
 
 double elapsed_seconds(const Event& start, const Event& end) {
   if (auto* real = ::dist::detail::real_device())
     return real->elapsed_seconds(start.id(), end.id());
   auto c = device_context("elapsed_seconds");
-  const auto& a = fake::event_of(c, start.id());
-  const auto& b = fake::event_of(c, end.id());
+  const auto& a = threads::event_of(c, start.id());
+  const auto& b = threads::event_of(c, end.id());
   if (!a.recorded || !b.recorded) {
     throw Error("elapsed_seconds: event '" + (a.recorded ? b.name : a.name) +
                 "' was never recorded");
   }
-  const double now = fake::host_clock(c);
+  const double now = threads::host_clock(c);
   if (a.time > now || b.time > now) {
     throw Error("elapsed_seconds: event '" + (a.time > now ? a.name : b.name) +
                 "' is not complete yet (CUDA: cudaErrorNotReady): synchronize it first");
@@ -342,13 +342,13 @@ double elapsed_seconds(const Event& start, const Event& end) {
 void device_synchronize() {
   if (auto* real = ::dist::detail::real_device()) return real->device_synchronize();
   auto c = device_context("device_synchronize");
-  double until = fake::host_clock(c);
-  fake::VectorClock all;
+  double until = threads::host_clock(c);
+  threads::VectorClock all;
   for (const auto& s : c.dev.streams) {
     until = std::max(until, s.tail);
-    fake::join(all, s.clock);
+    threads::join(all, s.clock);
   }
-  fake::host_wait(c, until, all, "device_synchronize");
+  threads::host_wait(c, until, all, "device_synchronize");
 }
 
 void launch(Stream& s, const Kernel& k, const std::function<void()>& body) {
@@ -359,13 +359,13 @@ void launch(Stream& s, const Kernel& k, const std::function<void()>& body) {
   }
   auto c = device_context("launch");
   if (k.seconds < 0) throw Error("launch: kernel '" + k.name + "' has a negative duration");
-  fake::enqueue(
+  threads::enqueue(
       c, s.id(), "kernel '" + k.name + "'", k.accesses,
       [&](double start) {
         c.dev.body_accesses = &k.accesses;
         c.dev.body_kernel = k.name;
         struct Reset {
-          fake::DeviceState& d;
+          threads::DeviceState& d;
           ~Reset() { d.body_accesses = nullptr; }
         } reset{c.dev};
         if (body) body();

@@ -15,7 +15,7 @@
 #include "threads/device_state.hpp"
 #include "threads/engine.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 namespace {
 
 class StreamCollectiveWork final : public WorkImpl {
@@ -29,18 +29,18 @@ class StreamCollectiveWork final : public WorkImpl {
 };
 
 }  // namespace
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads
 
 namespace dist::device {
 
-namespace fake = ::dist::detail::fake;
+namespace threads = ::dist::detail::threads;
 
 Stream current_stream() {
   if (auto* real = ::dist::detail::real_device()) {
     if (real->current_stream < 0) real->current_stream = Stream("compute").id();
     return Stream::from_id(real->current_stream);
   }
-  auto c = fake::device_context("current_stream");
+  auto c = threads::device_context("current_stream");
   if (c.dev.current_stream < 0) c.dev.current_stream = Stream("compute").id();
   return Stream::from_id(c.dev.current_stream);
 }
@@ -50,8 +50,8 @@ void set_current_stream(const Stream& s) {
     real->current_stream = s.id();
     return;
   }
-  auto c = fake::device_context("set_current_stream");
-  (void)fake::stream_of(c, s.id());  // a stream of this rank
+  auto c = threads::device_context("set_current_stream");
+  (void)threads::stream_of(c, s.id());  // a stream of this rank
   c.dev.current_stream = s.id();
 }
 
@@ -61,10 +61,10 @@ void all_reduce_on(int stream, void* buf, std::size_t count, DataType type, Redu
                    std::uint64_t buffer) {
   if (auto* real = ::dist::detail::real_device())
     return real->all_reduce(stream, buf, count, type, op);
-  auto c = fake::device_context("all_reduce");
-  fake::Rank& rk = c.engine->rank_state(c.rank);
-  const std::string track = fake::stream_of(c, stream).name;  // checks the handle too
-  fake::enqueue(
+  auto c = threads::device_context("all_reduce");
+  threads::Rank& rk = c.engine->rank_state(c.rank);
+  const std::string track = threads::stream_of(c, stream).name;  // checks the handle too
+  threads::enqueue(
       c, stream, "all_reduce", {{buffer, true}},
       [&](double start) {
         const double host = rk.link.clock;
@@ -90,7 +90,7 @@ Work all_reduce_async_on(int stream, void* buf, std::size_t count, DataType type
   Event done("all_reduce done");
   Stream s = Stream::from_id(stream);
   done.record(s);
-  return Work(std::make_shared<fake::StreamCollectiveWork>(done.id()));
+  return Work(std::make_shared<threads::StreamCollectiveWork>(done.id()));
 }
 
 }  // namespace detail

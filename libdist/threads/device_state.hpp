@@ -17,7 +17,7 @@
 
 #include "dist/device.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 class Engine;
 
@@ -103,4 +103,4 @@ void check_accesses(int rank, const DeviceState& dev, const DeviceOp& op, const 
 void record_accesses(DeviceState& dev, const DeviceOp& op,
                      const std::vector<device::detail::Access>& accesses);
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

@@ -1,11 +1,11 @@
-// The texts of the threads engine's errors: deadlock reports with a hint for the common patterns,
+// The texts of the threads backend's errors: deadlock reports with a hint for the common patterns,
 // timeouts, send/recv and collective mismatches, operations left pending. Each names the ranks
-// and the calls involved and says what to do (docs/fake_dist.md, "Failure is loud and fast").
+// and the calls involved and says what to do (docs/threads_backend.md, "Failure is loud and fast").
 #include <sstream>
 
 #include "threads/engine.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 std::string describe_count(std::size_t count, DataType type) {
   return std::to_string(count) + " " + to_string(type) + (count == 1 ? "" : "s");
@@ -281,4 +281,4 @@ std::string Engine::leaked_work_report(const std::string& leaks) {
          "; call wait() on every Work (dist::wait_all) before the buffers go away";
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

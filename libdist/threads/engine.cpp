@@ -1,10 +1,10 @@
-// The threads engine's core: rank states, blocking and waking, failure and deadlock detection,
+// The threads backend's core: rank states, blocking and waking, failure and deadlock detection,
 // and each rank's lifetime (see engine.hpp for the concurrency rules).
 #include "threads/engine.hpp"
 
 #include <algorithm>
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 Engine::Engine(const LaunchOptions& options, std::function<void()> body)
     : opts_(options), body_(std::move(body)), p_(options.world_size), wait_(options.world_size) {
@@ -199,7 +199,7 @@ void Engine::abort_start(int started, const std::string& why) {
   }
 }
 
-void Engine::wait_for_ranks(std::vector<std::thread>& threads) {
+void Engine::wait_for_ranks(std::vector<std::thread>& rank_threads) {
   std::vector<int> stuck;
   {
     std::unique_lock<std::mutex> lk(mu_);
@@ -223,7 +223,7 @@ void Engine::wait_for_ranks(std::vector<std::thread>& threads) {
     }
   }
   for (int r = 0; r < p_; ++r) {
-    auto& t = threads[static_cast<std::size_t>(r)];
+    auto& t = rank_threads[static_cast<std::size_t>(r)];
     if (!t.joinable()) continue;
     if (std::find(stuck.begin(), stuck.end(), r) != stuck.end()) {
       t.detach();
@@ -234,4 +234,4 @@ void Engine::wait_for_ranks(std::vector<std::thread>& threads) {
   abandoned_ = !stuck.empty();
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

@@ -1,4 +1,4 @@
-// The threads engine ("fake_dist"): ranks are threads of one process; see docs/fake_dist.md.
+// The threads backend: ranks are threads of one process; see docs/threads_backend.md.
 //
 // Concurrency in one paragraph: one engine mutex guards matching queues, collective slots and
 // every rank's scheduling state (Running / Blocked / Finished). A rank that must wait marks
@@ -44,7 +44,7 @@
 #include "dist/backend.hpp"
 #include "threads/ops.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 enum class RunState { Running, Blocked, Finished };
 
@@ -107,7 +107,7 @@ class Engine {
   // rank lifetime (engine.cpp)
   void run_rank(int r, BackendImpl& backend);
   void abort_start(int started, const std::string& why);
-  void wait_for_ranks(std::vector<std::thread>& threads);
+  void wait_for_ranks(std::vector<std::thread>& rank_threads);
   std::exception_ptr first_error();
 
   // point-to-point (p2p.cpp)
@@ -203,4 +203,4 @@ class Engine {
   std::condition_variable done_cv_;
 };
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

@@ -1,4 +1,4 @@
-// The launch adapter of the threads engine: the per-rank BackendImpl that <dist/dist.hpp>'s free
+// The launch adapter of the threads backend: the per-rank BackendImpl that <dist/dist.hpp>'s free
 // functions call, the Work handles of isend/irecv/all_reduce_async, and launch_threads(), which
 // runs one thread per rank and rethrows the first rank's error.
 #include <memory>
@@ -9,7 +9,7 @@
 #include "threads/engine.hpp"
 
 namespace dist::detail {
-namespace fake {
+namespace threads {
 namespace {
 
 class P2PWork final : public WorkImpl {
@@ -188,18 +188,18 @@ class RankBackend final : public BackendImpl {
 };
 
 }  // namespace
-}  // namespace fake
+}  // namespace threads
 
-using fake::Engine;
-using fake::RankBackend;
+using threads::Engine;
+using threads::RankBackend;
 
 void launch_threads(const LaunchOptions& options, const std::function<void()>& body) {
   auto engine = std::make_shared<Engine>(options, body);
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<std::size_t>(options.world_size));
+  std::vector<std::thread> rank_threads;
+  rank_threads.reserve(static_cast<std::size_t>(options.world_size));
   for (int r = 0; r < options.world_size; ++r) {
     try {
-      threads.emplace_back([engine, r] {
+      rank_threads.emplace_back([engine, r] {
         RankBackend backend(engine.get(), r);
         engine->run_rank(r, backend);
       });
@@ -210,8 +210,8 @@ void launch_threads(const LaunchOptions& options, const std::function<void()>& b
       break;
     }
   }
-  threads.resize(static_cast<std::size_t>(options.world_size));
-  engine->wait_for_ranks(threads);
+  rank_threads.resize(static_cast<std::size_t>(options.world_size));
+  engine->wait_for_ranks(rank_threads);
   std::exception_ptr error = engine->first_error();
   try {
     engine->write_trace();

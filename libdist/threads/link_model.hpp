@@ -1,12 +1,12 @@
 // The link model of the simulated clock, written once: the engine's point-to-point path and the
 // schedules of the built-in collectives (schedules.cpp) both move messages through these three
 // steps. The contract is stated at dist::sim_time() in <dist/dist.hpp>; the theory (Hockney's
-// alpha-beta model, LogGOPSim-style link serialisation) is in docs/fake_dist.md.
+// alpha-beta model, LogGOPSim-style link serialisation) is in docs/threads_backend.md.
 #pragma once
 
 #include <algorithm>
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 /// Per-rank state of the link model: the rank's clock and when its links become free.
 struct LinkState {
@@ -45,4 +45,4 @@ inline void receive_message(LinkState& receiver, const Transfer& m) {
   receiver.clock = std::max(receiver.clock, ti + m.cost);
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

@@ -1,4 +1,4 @@
-// The operations the threads engine keeps in flight: point-to-point messages, collective calls
+// The operations the threads backend keeps in flight: point-to-point messages, collective calls
 // and the slot where all ranks' calls of one collective meet, and trace events.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include "threads/schedules.hpp"
 #include "threads/wait_policy.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 /// The peer of an any-source recv before it is matched.
 inline constexpr int kAnySource = -1;
@@ -128,4 +128,4 @@ struct TraceEvent {
 /// "16 floats", "1 int32".
 std::string describe_count(std::size_t count, DataType type);
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

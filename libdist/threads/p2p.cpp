@@ -1,13 +1,14 @@
-// Point-to-point on the threads engine: send/recv/isend/irecv are posted into per-(source, tag)
+// Point-to-point on the threads backend: send/recv/isend/irecv are posted into per-(source, tag)
 // FIFO queues of the destination, matched there, and completed by their owner. Receives from any
 // source wait beside the queues until the engine decides them (any_source.cpp).
-// send is synchronous: it returns only once the matching recv took the data (docs/fake_dist.md).
+// send is synchronous: it returns only once the matching recv took the data
+// (docs/threads_backend.md).
 #include <algorithm>
 #include <cstring>
 
 #include "threads/engine.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 Queues& Engine::queues_locked(int gid, int src, int dst, int tag) {
   return boxes_[static_cast<std::size_t>(dst)][BoxKey{gid, src, tag}];
@@ -144,4 +145,4 @@ bool Engine::p2p_completed(int r, const std::shared_ptr<P2POp>& op) {
   return false;
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

@@ -1,4 +1,4 @@
-// Schedules of the built-in collectives (see docs/fake_dist.md, "Built-in collectives").
+// Schedules of the built-in collectives (see docs/threads_backend.md, "Built-in collectives").
 //
 // Each schedule is the send/recv program a student would write, run in lock step through the
 // same link model as real messages (link_model.hpp: post, finish the send, receive); ring steps
@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 const char* coll_name(CollKind kind) {
   switch (kind) {
@@ -182,4 +182,4 @@ void replay(CollKind kind, int p, int root, std::size_t count, std::size_t elem,
   }
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

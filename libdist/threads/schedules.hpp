@@ -1,8 +1,8 @@
 // The message schedules of the built-in collectives, replayed through the alpha-beta link model.
 //
-// The threads engine moves the data of a built-in collective through shared memory, but charges
+// The threads backend moves the data of a built-in collective through shared memory, but charges
 // the simulated clock and the traffic counters exactly as if the documented algorithm had run with
-// send/recv (docs/fake_dist.md lists every schedule). replay() computes, for every rank, its
+// send/recv (docs/threads_backend.md lists every schedule). replay() computes, for every rank, its
 // finish time, its new link-free times and the list of messages it sent and received.
 #pragma once
 
@@ -13,7 +13,7 @@
 #include "dist/dist.hpp"
 #include "threads/link_model.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 enum class CollKind {
   Barrier,
@@ -57,4 +57,4 @@ inline std::size_t chunk_off(std::size_t count, int p, int i) {
   return ui * (count / up) + (ui < count % up ? ui : count % up);
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

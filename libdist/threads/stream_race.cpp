@@ -12,7 +12,7 @@
 
 #include "threads/device_state.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 void join(VectorClock& a, const VectorClock& b) {
   if (a.size() < b.size()) a.resize(b.size(), 0);
@@ -86,4 +86,4 @@ void record_accesses(DeviceState& dev, const DeviceOp& op,
   }
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

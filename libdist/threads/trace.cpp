@@ -1,4 +1,4 @@
-// The Chrome trace of the threads engine: every send, recv, collective and sim_compute span on
+// The Chrome trace of the threads backend: every send, recv, collective and sim_compute span on
 // the simulated clock, one track per rank, and one per stream of the rank's simulated device
 // (device.cpp) right under it (open in Perfetto or chrome://tracing).
 #include <fstream>
@@ -7,7 +7,7 @@
 
 #include "threads/engine.hpp"
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 namespace {
 // Sort slots per rank: the rank's own track, then its device's streams.
@@ -26,7 +26,8 @@ void Engine::write_trace() {
        {"ph", "M"},
        {"pid", 0},
        {"tid", 0},
-       {"args", {{"name", "fake_dist (" + std::to_string(p_) + " ranks, simulated clock)"}}}});
+       {"args",
+        {{"name", "threads backend (" + std::to_string(p_) + " ranks, simulated clock)"}}}});
   for (int r = 0; r < p_; ++r) {
     events.push_back({{"name", "thread_name"},
                       {"ph", "M"},
@@ -88,7 +89,7 @@ void Engine::write_trace() {
   nlohmann::json doc = {
       {"traceEvents", events},
       {"displayTimeUnit", "ns"},
-      {"otherData", {{"clock", "simulated (fake_dist alpha-beta model), microseconds"}}}};
+      {"otherData", {{"clock", "simulated (threads backend alpha-beta model), microseconds"}}}};
   std::ofstream f(opts_.trace_path);
   if (!f)
     throw Error("cannot write the trace to '" + opts_.trace_path +
@@ -97,4 +98,4 @@ void Engine::write_trace() {
   if (!f) throw Error("writing the trace to '" + opts_.trace_path + "' failed");
 }
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

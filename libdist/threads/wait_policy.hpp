@@ -1,7 +1,7 @@
-// How a rank of the threads engine waits: spin briefly (pause instruction), then yield, then
+// How a rank of the threads backend waits: spin briefly (pause instruction), then yield, then
 // sleep on its condition variable until woken or the deadline. With no more ranks than hardware
 // threads a partner is likely running, so spinning longer pays off; with more ranks the waiter
-// gives its core away quickly (8 or 64 ranks on 2 cores must run well, docs/fake_dist.md).
+// gives its core away quickly (8 or 64 ranks on 2 cores must run well, docs/threads_backend.md).
 #pragma once
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include <sched.h>
 #include <thread>
 
-namespace dist::detail::fake {
+namespace dist::detail::threads {
 
 using SteadyClock = std::chrono::steady_clock;
 
@@ -95,4 +95,4 @@ class WaitPolicy {
   std::chrono::nanoseconds yield_{0};
 };
 
-}  // namespace dist::detail::fake
+}  // namespace dist::detail::threads

@@ -120,7 +120,7 @@ struct WaitingResult {
 WaitingResult measure_waiting(Strategy s, const WaitingSetup& w);
 
 /// The simulated time of dist::all_reduce (ring) of `bytes` on p ranks: 2(p-1)(alpha + bytes/p
-/// beta) + (p-1) bytes/p gamma (fake_dist.md), exact when p divides bytes.
+/// beta) + (p-1) bytes/p gamma (threads_backend.md), exact when p divides bytes.
 double all_reduce_seconds(std::size_t bytes, int p, const dist::NetworkModel& net);
 
 /// The formulas of the waiting experiment: host time lost and step time for each strategy.

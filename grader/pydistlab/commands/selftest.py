@@ -8,7 +8,7 @@ Steps (each counts its checks):
              reference built by the build step; --backend mpi under mpirun where installed), each
              under a time limit; a failure names the file and line (grader/pydistlab/doc_commands.py,
              whose NOT_RUN lists the commands left to other steps, each with the reason)
-  tsan       fake_dist's tests under ThreadSanitizer (the grader's TSan tree)
+  tsan       the threads backend's tests under ThreadSanitizer (the grader's TSan tree)
   nccl       where the CUDA toolkit with NCCL is installed: the NCCL backend and its tests compile
              and link (its own tree); the tests run and skip, with a message, where no GPU is seen
   solutions  ./distlab grade --solutions --hidden: every item must pass
@@ -159,18 +159,18 @@ def step_commands(t: Tally) -> None:
           flush=True)
 
 
-def _fake_dist_targets() -> list[str]:
+def _threads_backend_targets() -> list[str]:
     text = (ROOT / "libdist" / "tests" / "CMakeLists.txt").read_text(encoding="utf-8", errors="replace")
     names = re.findall(r"add_executable\(\s*([A-Za-z0-9_]+)", text)
     names += re.findall(r"TARGET\s+([A-Za-z0-9_]+)", text)
-    return sorted(n for n in set(names) if "fake_dist" in n)
+    return sorted(n for n in set(names) if "threads_backend" in n)
 
 
 def step_tsan(t: Tally) -> None:
-    t.step("tsan: fake_dist's tests under ThreadSanitizer")
-    targets = _fake_dist_targets()
+    t.step("tsan: the threads backend's tests under ThreadSanitizer")
+    targets = _threads_backend_targets()
     if not targets:
-        t.check(False, "libdist/tests/CMakeLists.txt defines fake_dist test executables")
+        t.check(False, "libdist/tests/CMakeLists.txt defines the threads backend's test executables")
         return
     say = ws.Progress(False)
     with ws.solutions_tree(say) as tb:
@@ -179,10 +179,10 @@ def step_tsan(t: Tally) -> None:
         targets = [x for x in targets if x in known]
         r = cmake.build(tb.tsan_build, targets, progress=say)
         print(f"    built {', '.join(targets)} in {r.seconds:.0f} s", flush=True)
-        if not t.check(r.ok, "fake_dist tests build under TSan", tb.first_errors(r.output)):
+        if not t.check(r.ok, "the threads backend's tests build under TSan", tb.first_errors(r.output)):
             return
-        _ctest(tb.tsan_build, ["-L", "fake_dist"],
-               {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1"}, t, "(fake_dist, TSan)")
+        _ctest(tb.tsan_build, ["-L", "threads_backend"],
+               {"TSAN_OPTIONS": "halt_on_error=1 second_deadlock_stack=1"}, t, "(threads backend, TSan)")
 
 
 def step_nccl(t: Tally) -> None:

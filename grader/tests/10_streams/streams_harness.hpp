@@ -21,7 +21,7 @@ using namespace streams;
 namespace dd = dist::device;
 using distlab::testing::threads_options;
 
-/// Ring all-reduce of `bytes` on p ranks (fake_dist.md): 2(p-1)(alpha + bytes/p beta)
+/// Ring all-reduce of `bytes` on p ranks (threads_backend.md): 2(p-1)(alpha + bytes/p beta)
 /// + (p-1) bytes/p gamma.
 inline double ring_seconds(double bytes, int p, const dist::NetworkModel& net) {
   if (p <= 1) return 0;

@@ -1,5 +1,5 @@
-// The backend interface: one small abstract class that the threads (fake_dist), Open MPI and
-// NCCL engines implement. Student code never sees it; the free functions in <dist/dist.hpp>
+// The backend interface: one small abstract class that the threads, Open MPI and NCCL backends
+// implement. Student code never sees it; the free functions in <dist/dist.hpp>
 // validate their arguments (ranks in range, gather/scatter sizes) and forward here, type-erased.
 //
 // Rules every implementation follows:

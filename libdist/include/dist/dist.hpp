@@ -324,7 +324,7 @@ void barrier(const Group& group = {});
 //   all_gather      ring                     (p-1) steps of (alpha + n_in beta)
 //   scatter         binomial tree            ceil(log2 p) alpha + (p-1)/p n_total beta
 //   reduce_scatter  ring                     (p-1) steps of (alpha + n_out beta + n_out gamma)
-// See docs/fake_dist.md (section 5.1) for the exact per-rank message lists.
+// See docs/threads_backend.md (section 5.1) for the exact per-rank message lists.
 
 #define DIST_DECLARE_COLLECTIVES(T)                                                             \
   void broadcast(std::span<T> buf, int src, const Group& group = {});                           \
@@ -380,7 +380,7 @@ void reset_stats();
 ///   * built-in collectives start at the max of the participants' clocks and charge each rank
 ///     the cost of the algorithm listed above, under the same link model.
 /// The steps are in libdist/threads/link_model.hpp; the model, with worked examples, in
-/// docs/fake_dist.md (section 4). Exercises that reduce data locally call sim_reduce(bytes)
+/// docs/threads_backend.md (section 4). Exercises that reduce data locally call sim_reduce(bytes)
 /// (reduce_into does) to charge gamma.
 double sim_time();
 /// Charge modelled compute time to this rank's clock (shown as a span in the trace).
