@@ -53,7 +53,7 @@ for _rule, _names in {
     "asm": "asm __asm__ __asm",
     "syscall": "syscall __syscall",
     "signal": "sigaction sigaltstack signal sigset sigsetjmp siglongjmp bsd_signal sysv_signal",
-    "fd": "dup dup2 dup3 fcntl ioctl close_range",
+    "fd": "dup dup2 dup3 fcntl ioctl close close_range",
     "exit": "exit _exit _Exit quick_exit abort atexit at_quick_exit set_terminate terminate",
     "dynamic": "dlsym dlvsym dlopen dlmopen dladdr dlinfo",
     "trace": "ptrace process_vm_readv process_vm_writev prctl",
@@ -162,7 +162,7 @@ def _tokens(toks: list[Token], add) -> None:  # type: ignore[no-untyped-def]
         nxt = toks[i + 1] if i + 1 < len(toks) else None
         if t.kind == IDENT:
             rule = _NAMES.get(t.text) or next((r for p, r in _PREFIXES.items() if t.text.startswith(p)), None)
-            if rule and not _qualified_elsewhere(toks, i):
+            if rule and (rule == "testing" or not _qualified_elsewhere(toks, i)):
                 called = nxt is not None and nxt.kind == PUNCT and nxt.text == "(" and not _declared(toks, i)
                 if t.text not in _CALL_ONLY or called or (i and toks[i - 1].text == "::"):
                     add(t.line, rule, t.text)
