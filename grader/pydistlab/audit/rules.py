@@ -155,7 +155,9 @@ def _declared(toks: list[Token], i: int) -> bool:
     return prev is not None and prev.kind == IDENT and prev.text not in _BEFORE_CALL
 
 
-def _tokens(toks: list[Token], add) -> None:  # type: ignore[no-untyped-def]
+def _tokens(toks: list[Token], add, in_macro: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """The findings of a token sequence; in_macro: a #define's body, where a name is a finding even
+    when it is not called there (the macro's user calls it)."""
     i = 0
     while i < len(toks):
         t = toks[i]
@@ -164,7 +166,8 @@ def _tokens(toks: list[Token], add) -> None:  # type: ignore[no-untyped-def]
             rule = _NAMES.get(t.text) or next((r for p, r in _PREFIXES.items() if t.text.startswith(p)), None)
             if rule and (rule == "testing" or not _qualified_elsewhere(toks, i)):
                 called = nxt is not None and nxt.kind == PUNCT and nxt.text == "(" and not _declared(toks, i)
-                if t.text not in _CALL_ONLY or called or (i and toks[i - 1].text == "::"):
+                taken = i > 0 and toks[i - 1].text in ("::", "&")   # ::exit, &exit: a function named
+                if t.text not in _CALL_ONLY or called or taken or in_macro:
                     add(t.line, rule, t.text)
             if t.text in ("__attribute__", "__attribute", "__declspec"):
                 i = _attributes(toks, i + 1, add)
@@ -216,7 +219,26 @@ def _attributes(toks: list[Token], i: int, add, closing: str = ")") -> int:  # t
     return i
 
 
+_ESCAPE = re.compile(r"\\(x[0-9A-Fa-f]+|[0-7]{1,3}|u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)")
+
+
+def _unescape(value: str) -> str:
+    """A string literal's characters with \\x2f, \\057, \\u002f... decoded (so "\\x2fproc" is "/proc")."""
+    def one(m: re.Match[str]) -> str:
+        e = m.group(1)
+        try:
+            if e[0] in "xuU":
+                return chr(int(e[1:], 16))
+            if e[0].isdigit():
+                return chr(int(e, 8))
+        except (ValueError, OverflowError):
+            return ""
+        return {"n": "\n", "t": "\t", "0": "\0"}.get(e, e)
+    return _ESCAPE.sub(one, value)
+
+
 def _strings(line: int, value: str, add) -> None:  # type: ignore[no-untyped-def]
+    value = _unescape(value)
     if _PATH.search(value) or _ABSOLUTE.match(value):
         add(line, "path", value.strip()[:60])
     w = _SECRET_WORDS.search(value)
@@ -243,7 +265,9 @@ def _directives(lx: Lexed, header: bool, stub_directives: set[str], add) -> None
             for t in d.tokens:
                 if t.kind == PUNCT and t.text == "##":
                     add(t.line, "lexical", "##", "token pasting: can build a name this audit cannot see")
-        if d.name not in ("include", "include_next", "import", "embed"):
+        if d.name == "define":
+            _tokens(d.tokens[1:], add, in_macro=True)
+        elif d.name not in ("include", "include_next", "import", "embed"):
             _tokens(d.tokens, add)
 
 
@@ -256,7 +280,7 @@ def _include(d: lexer.Directive, add) -> None:  # type: ignore[no-untyped-def]
     else:
         add(d.line, "directive", d.text[:60], "an include through a macro: the audit cannot see the file")
         return
-    if name.startswith("/") or ".." in name.split("/") or _PATH.search("/" + name.lstrip("/")) and name.startswith("/"):
+    if name.startswith("/") or ".." in name.split("/"):
         add(d.line, "path", name, "includes a file outside the kit's folders (the reference, hidden tests, "
             "/proc or /dev)")
         return
