@@ -47,9 +47,11 @@ def load_all(a: argparse.Namespace, owned: list[str]) -> list[submission.Submiss
         raise DistlabError("nothing to audit: give submissions (folders or .zip files), "
                            "--submissions DIR or --solutions")
     labels = Counter(s.label for s in subs)
-    for s in subs:
+    seen: Counter[str] = Counter()
+    for s in subs:   # two submissions of one name (a/alice, b/alice.zip) are told apart
         if labels[s.label] > 1:
-            s.label = f"{s.label} ({len([x for x in subs if x.label.startswith(s.label)])})"
+            seen[s.label] += 1
+            s.label = f"{s.label}#{seen[s.label]}"
     return subs
 
 
