@@ -137,7 +137,7 @@ class TestNewModuleEndToEnd(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         r = distlab("mutants", NAME)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertTrue(re.search(r"add_subtracts.*caught", r.stdout), r.stdout)
+        self.assertTrue(re.search(r"caught +11_example/add_subtracts", r.stdout), r.stdout)
 
 
 if __name__ == "__main__":
