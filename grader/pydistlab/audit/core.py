@@ -32,7 +32,7 @@ def _decode(data: bytes) -> str:
 class Auditor:
     """Audits submissions against one kit (its manifest and its stubs under root)."""
 
-    def __init__(self, man: mf.Manifest, modules: list[mf.Module], root: Path = ROOT) -> None:
+    def __init__(self, modules: list[mf.Module], root: Path = ROOT) -> None:
         self.modules = modules
         self.module_of = {o: m for m in modules for o in m.owned}
         self._stubs: dict[str, str | None] = {}

@@ -92,14 +92,13 @@ _HEADERS = {
     "fd": r"fcntl\.h|sys/ioctl\.h",
     "dynamic": r"dlfcn\.h|link\.h",
     "trace": r"sys/ptrace\.h|sys/prctl\.h|sys/uio\.h",
-    "process": r"spawn\.h|sys/wait\.h|unistd\.h|cstdlib|stdlib\.h",
-    "file": r"fstream|filesystem|dirent\.h|sys/mman\.h|sys/stat\.h|stdio\.h|cstdio",
+    "process": r"spawn\.h|sys/wait\.h",
+    "file": r"fstream|filesystem|dirent\.h|sys/mman\.h",
     "network": r"sys/socket\.h|netinet/.*|arpa/.*|netdb\.h|sys/un\.h",
     "ipc": r"sys/(shm|ipc|msg|sem)\.h|mqueue\.h|keyutils\.h|linux/keyctl\.h",
     "testing": r"gtest/.*|gmock/.*|.*distlab_testing.*",
 }
-#: Headers an honest solution includes for ordinary things: a finding only through what it calls.
-_HEADERS_HARMLESS = {"cstdlib", "stdlib.h", "cstdio", "stdio.h", "unistd.h", "sys/stat.h"}
+# (<cstdlib>, <cstdio>, <unistd.h> serve ordinary code too: what is called from them is the finding.)
 _PATH = re.compile(r"(?:^|[^\w.])/+(proc|dev|sys|etc|tmp|run|var|home|root|autograder|usr|boot|mnt)(?:/|$)")
 _ABSOLUTE = re.compile(r"\s*/+[\w.-]+/")   # "/any/absolute/path": outside the test's view
 _SECRET_WORDS = re.compile(r"gtest_output|GTEST_|\.incbin|\.include|xml:|/fd/")
@@ -285,6 +284,6 @@ def _include(d: lexer.Directive, add) -> None:  # type: ignore[no-untyped-def]
             "/proc or /dev)")
         return
     for rule, pattern in _HEADERS.items():
-        if name not in _HEADERS_HARMLESS and re.fullmatch(pattern, name):
+        if re.fullmatch(pattern, name):
             add(d.line, rule, f"<{name}>" if t.kind == HEADER else f'"{name}"')
             return

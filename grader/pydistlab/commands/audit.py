@@ -91,7 +91,7 @@ def main(a: argparse.Namespace) -> int:
         raise DistlabError(f"--threshold {a.threshold}: a fraction in (0, 1], e.g. 0.8")
     man = mf.load()
     modules = man.select(a.module or [])
-    auditor = core.Auditor(man, modules, ROOT)
+    auditor = core.Auditor(modules, ROOT)
     subs = load_all(a, auditor.owned)
     audits = [auditor.audit(s) for s in subs]
     pairs = similarity.similar_pairs({x.label: x.prints for x in audits}, a.threshold) if len(audits) > 1 else []
