@@ -25,6 +25,8 @@ instructors:
   ./distlab mutants [MODULE...]   grade the instructor mutants: which mistakes the tests catch
   ./distlab sync | check --stubs  regenerate / verify exercises/ from solutions/
   ./distlab release OUT           write the student repository
+  ./distlab audit --submissions DIR   suspicious constructs (file:line) and pairs sharing their code
+  ./distlab new-module NN_topic   create a working empty module in every place a module lives
 """
 
 
@@ -107,6 +109,16 @@ def _cmd_mutants(a: argparse.Namespace) -> int:
     return mutants.main(a)
 
 
+def _cmd_audit(a: argparse.Namespace) -> int:
+    from .commands import audit
+    return audit.main(a)
+
+
+def _cmd_new_module(a: argparse.Namespace) -> int:
+    from .commands import new_module
+    return new_module.main(a.name, title=a.title)
+
+
 def _cmd_test(a: argparse.Namespace) -> int:
     from .commands import selftest
     return selftest.main(a)
@@ -114,7 +126,8 @@ def _cmd_test(a: argparse.Namespace) -> int:
 
 #: Commands of the instructors' kit only: a student repository (./distlab release) has no
 #: solutions/, hidden tests or mutants for them to work on, so they are not offered there.
-INSTRUCTOR_ONLY = {"sync", "check", "release", "gradescope-zip", "golden", "mutants", "test"}
+INSTRUCTOR_ONLY = {"sync", "check", "release", "gradescope-zip", "golden", "mutants", "test", "audit",
+                   "new-module"}
 
 
 def _instructor_only(name: str) -> Callable[[argparse.Namespace], int]:
@@ -246,6 +259,25 @@ def parser() -> argparse.ArgumentParser:
                          "(later runs start with it)")
     mu.add_argument("--workspace", default="mutants", help=argparse.SUPPRESS)
     mu.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one JSON line per mutant
+
+    au = add("audit", _cmd_audit, "list constructs no honest solution needs (asm, /proc, syscalls, "
+             "signals, fds, exit, files, environment, test names...) in submissions' owned files, "
+             "with file:line, and the pairs of submissions that share most of their code")
+    au.add_argument("paths", nargs="*", metavar="SUBMISSION", help="a submission's folder or .zip")
+    au.add_argument("--submissions", metavar="DIR", help="every subfolder / zip of DIR, as grade does")
+    au.add_argument("--solutions", action="store_true", help="also audit the reference solutions")
+    au.add_argument("--module", action="append", default=[], metavar="MODULE",
+                    help="only this module's owned files (repeatable; default all)")
+    au.add_argument("--json", metavar="FILE", help="also write the findings and pairs as JSON")
+    au.add_argument("--threshold", type=float, default=0.8,
+                    help="list pairs sharing at least this fraction of a module's code beyond the stub "
+                         "(default 0.8)")
+
+    nm = add("new-module", _cmd_new_module, "create a module NN_topic in every place a module lives "
+             "(solutions, exercises, tests, hidden tests, manifest, hints, mutant, docs), with one trivial "
+             "function: the reference scores full marks, the stub zero")
+    nm.add_argument("name", metavar="NN_topic")
+    nm.add_argument("--title", default="", help="one line saying what the module teaches")
 
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,

@@ -45,6 +45,9 @@ NOT_RUN: dict[str, str] = {
     "sync": "rewrites exercises/: the sync step runs `check --stubs`",
     "bench": "benchmarks with plots (minutes, matplotlib); `bench loop` and `bench selftest` make a fresh copy "
              "of the kit",
+    "audit alice.zip": "example submissions that the kit does not have: test_audit.py audits planted ones",
+    "audit --submissions": "an example batch folder that the kit does not have: test_audit.py audits a batch",
+    "new-module": "adds a module to the kit: test_new_module.py creates one in a copy of the kit",
     "build --preset debug": "a second whole build, with AddressSanitizer (minutes)",
     "build --preset tsan": "a second whole build, with ThreadSanitizer (minutes): the tsan step builds "
                            "the threads backend's tests with it",

@@ -27,7 +27,7 @@ HIDDEN_ITEMS = "items.toml"     # grader/hidden/<module>/items.toml
 MODULE_KEYS = {"owned", "prerequisites", "sanitizers", "test_binary", "timeout_s", "tests",
                "golden_target", "golden_args", "golden_rtol", "golden_atol",
                "golden_terms", "memory_limit_mb", "process_limit", "file_size_limit_mb",
-               "cpu_limit_s"}
+               "cpu_limit_s", "audit_allow"}
 HIDDEN_KEYS = {"binary", "tests"}
 ITEM_KEYS = {"name", "filter", "points", "tier", "timeout_s"}
 
@@ -66,6 +66,7 @@ class Module:
     process_limit: int = DEFAULT_PROCESS_LIMIT
     file_size_limit_mb: int = DEFAULT_FILE_SIZE_LIMIT_MB
     cpu_limit_s: int = DEFAULT_CPU_LIMIT_S
+    audit_allow: list[str] = field(default_factory=list)   # constructs ./distlab audit accepts here
 
     def items(self, hidden: bool) -> list[TestItem]:
         return [t for t in self.tests if t.tier == "public" or hidden]
@@ -209,7 +210,8 @@ def load(path: Path = MANIFEST) -> Manifest:
                    memory_limit_mb=_limit(sec, "memory_limit_mb", DEFAULT_MEMORY_LIMIT_MB, where),
                    process_limit=_limit(sec, "process_limit", DEFAULT_PROCESS_LIMIT, where),
                    file_size_limit_mb=_limit(sec, "file_size_limit_mb", DEFAULT_FILE_SIZE_LIMIT_MB, where),
-                   cpu_limit_s=_limit(sec, "cpu_limit_s", DEFAULT_CPU_LIMIT_S, where))
+                   cpu_limit_s=_limit(sec, "cpu_limit_s", DEFAULT_CPU_LIMIT_S, where),
+                   audit_allow=[str(a) for a in sec.get("audit_allow", [])])
         for o in m.owned:
             if o.startswith("/") or ".." in Path(o).parts:
                 raise DistlabError(f"{where}: owned path {o!r} must be relative to the kit root")
