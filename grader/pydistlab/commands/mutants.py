@@ -311,8 +311,9 @@ def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = Fa
         out.mistake, out.problem = _materialise(module, folder, Path(tmp))
         if out.problem:
             return out
-        run = grade.grade([module.name], Mode.SUBMISSION, Path(tmp), hidden=True, jobs=jobs, quiet=True,
-                          tree_prefix=tree, stop_early=fast, first=[first] if first else [])
+        order = grade.Order(first=(first,) if first else (), stop_early=fast)
+        run = grade.grade([module.name], Mode.SUBMISSION, Path(tmp), grade.GradeOptions(
+            hidden=True, jobs=jobs, quiet=True, tree_prefix=tree, order=order))
     res = run.modules[0]
     out.max_score = res.max_score
     out.seconds = time.monotonic() - t0

@@ -211,7 +211,7 @@ def step_nccl(t: Tally) -> None:
 
 def step_solutions(t: Tally) -> None:
     t.step("solutions: ./distlab grade --solutions --hidden (every item full marks)")
-    run = grade.grade([], Mode.SOLUTIONS, hidden=True, quiet=False)
+    run = grade.grade([], Mode.SOLUTIONS, options=grade.GradeOptions(hidden=True))
     for n in run.notes:
         print(f"    note: {n}")
     if not run.modules:
@@ -227,7 +227,7 @@ def step_solutions(t: Tally) -> None:
 
 def step_stubs(t: Tally) -> None:
     t.step("stubs: ./distlab grade on exercises/ (stubs compile, every item scores zero)")
-    run = grade.grade([], Mode.STUDENT, hidden=False, quiet=True)
+    run = grade.grade([], Mode.STUDENT, options=grade.GradeOptions(quiet=True))
     for m in run.modules:
         if not t.check(m.status == "graded", f"stubs of {m.module.name} compile", m.message):
             continue
