@@ -21,7 +21,7 @@ VARIANTS = {"no sandbox": ("off", True), "one per test": ("on", False), "one per
 def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     agent_python = sandbox.AGENT_PYTHON
-    grade.grade(["03_collectives"], Mode.SOLUTIONS, options=grade.GradeOptions(hidden=True, quiet=True))
+    grade.grade(["03_collectives"], Mode.SOLUTIONS, options=grade.GradeOptions(hidden=True, quiet=True))  # build once
     times: dict[str, list[float]] = {k: [] for k in VARIANTS}
     for _ in range(rounds):
         for name, (mode, per_worker) in VARIANTS.items():
