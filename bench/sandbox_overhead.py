@@ -21,13 +21,14 @@ VARIANTS = {"no sandbox": ("off", True), "one per test": ("on", False), "one per
 def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     agent_python = sandbox.AGENT_PYTHON
-    grade.grade(["03_collectives"], Mode.SOLUTIONS, hidden=True, quiet=True)   # build once
+    grade.grade(["03_collectives"], Mode.SOLUTIONS, options=grade.GradeOptions(hidden=True, quiet=True))  # build once
     times: dict[str, list[float]] = {k: [] for k in VARIANTS}
     for _ in range(rounds):
         for name, (mode, per_worker) in VARIANTS.items():
             sandbox.AGENT_PYTHON = agent_python if per_worker else "/nonexistent"   # no agent: per test
             t0 = time.monotonic()
-            grade.grade(["03_collectives"], Mode.SOLUTIONS, hidden=True, quiet=True, sandbox_mode=mode)
+            grade.grade(["03_collectives"], Mode.SOLUTIONS,
+                        options=grade.GradeOptions(hidden=True, quiet=True, sandbox=mode))
             times[name].append(time.monotonic() - t0)
     base = statistics.median(times["no sandbox"])
     print(f"re-grade of 03_collectives (reference, hidden tests, nothing to compile), {rounds} rounds:")

@@ -16,9 +16,13 @@ Grading
                    its test processes, resource limits, the owned-header rule
   runner.py        one graded item: a test process with a time limit, and what happened to it
   submission.py    reading a submission (folder or zip), taking only the owned files
-  grade.py         one grading run: plan the trees, build, run the items, collect the results
+  grade.py         one grading run: plan -> build -> run items -> results (GradeOptions)
+  grading/         its steps: passes.py (plain, ASan, ThreadSanitizer; the mutants' Order),
+                   plan.py (trees, overlays, refused headers), strategy.py (how a build keeps the
+                   submission apart: bubblewrap, unprivileged uid, none), builds.py (one pass's
+                   build, which module failed), items.py (the test processes, the item results)
   batch.py         a folder of submissions graded one after the other into a CSV gradebook
   report.py        results.json (Gradescope), JUnit XML, Markdown, and the terminal table
-  golden.py        reference outputs: regenerate them from solutions/ or check they reproduce
-commands/          one module per command that is not a grading module (see its __init__.py)
+  golden.py        reference outputs: reading them, comparing within tolerances
+commands/          one module per command (see its __init__.py)
 """

@@ -41,8 +41,8 @@ def main(folder: Path, csv_path: Path | None, modules: list[str], hidden: bool,
         print(f"[{i}/{len(subs)}] {name} ...", end=" ", flush=True)
         row = {"submission": name}
         try:
-            run = grade.grade(modules, Mode.SUBMISSION, sub, hidden, jobs, quiet=True,
-                              sandbox_mode=sandbox_mode)
+            run = grade.grade(modules, Mode.SUBMISSION, sub, grade.GradeOptions(
+                hidden=hidden, jobs=jobs, quiet=True, sandbox=sandbox_mode))
             report.write_all(run, out / name)
             by_mod = {m.module.name: m for m in run.modules}
             for n in selected:

@@ -1,5 +1,5 @@
-"""`./distlab`: the command line. This file only parses; each command lives in its own module:
-commands/<command>.py, or the grading module itself (golden) or stubs.py (sync, check)."""
+"""`./distlab`: the command line. This file only parses; each command lives in its own module,
+commands/<command>.py (`sync` and `check --stubs`: commands/stubs.py)."""
 from __future__ import annotations
 
 import argparse
@@ -31,13 +31,12 @@ instructors:
 
 
 def _cmd_sync(a: argparse.Namespace) -> int:
-    from . import stubs
-    stubs.sync()
-    return 0
+    from .commands import stubs
+    return stubs.sync()
 
 
 def _cmd_check(a: argparse.Namespace) -> int:
-    from . import stubs
+    from .commands import stubs
     if not a.stubs:
         raise DistlabError("say what to check: ./distlab check --stubs")
     return stubs.check()
@@ -95,7 +94,7 @@ def _cmd_gradescope_zip(a: argparse.Namespace) -> int:
 
 
 def _cmd_golden(a: argparse.Namespace) -> int:
-    from . import golden
+    from .commands import golden
     return golden.main(a.modules, check=a.check)
 
 

@@ -244,10 +244,15 @@ def compare(wanted: dict[Path, bytes], exercises: Path = EXERCISES) -> Drift:
     return drift
 
 
-def sync(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES, verbose: bool = True) -> Drift:
-    """Writes exercises/ from solutions/; touches only files whose content changes (so builds stay
-    incremental) and removes files that solutions/ no longer has. Returns what it changed."""
-    wanted = generate(solutions)
+def sync(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES) -> Drift:
+    """Writes exercises/ from solutions/ (write(generate(solutions), ...))."""
+    return write(generate(solutions), solutions, exercises)
+
+
+def write(wanted: dict[Path, bytes], solutions: Path = SOLUTIONS, exercises: Path = EXERCISES) -> Drift:
+    """Writes the generated files `wanted` into exercises/; touches only files whose content
+    changes (so builds stay incremental) and removes files that solutions/ no longer has. Returns
+    what it changed."""
     drift = compare(wanted, exercises)
     for relpath in drift.changed + drift.missing:
         target = exercises / relpath
@@ -259,35 +264,11 @@ def sync(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES, verbose: bool
     # Drop folders left empty by removed files.
     if exercises.is_dir():
         for dirpath, _dirs, _names in sorted(os.walk(exercises), key=lambda t: -len(t[0])):
-            p = Path(dirpath)
-            if p != exercises and not any(p.iterdir()):
-                p.rmdir()
-    if verbose:
-        drift.print_files(missing="added", changed="updated", extra="removed")
-        n = len(wanted)
-        todo = sum(1 for p, d in wanted.items() if p.suffix in CXX_EXTENSIONS and b"DISTLAB_TODO(" in d)
-        if drift.empty():
-            print(f"exercises/ is up to date ({n} files, {todo} with TODOs)")
-        else:
-            print(f"exercises/ regenerated: {len(drift.missing)} added, {len(drift.changed)} updated, "
-                  f"{len(drift.extra)} removed ({n} files, {todo} with TODOs)")
+            d = Path(dirpath)
+            if d != exercises and not any(d.iterdir()):
+                d.rmdir()
     return drift
 
 
-def check(solutions: Path = SOLUTIONS, exercises: Path = EXERCISES, max_diff_lines: int = 12) -> int:
-    """`./distlab check --stubs`: 0 when exercises/ is exactly what sync would write, else 1 with a
-    summary of the drift."""
-    wanted = generate(solutions)
-    drift = compare(wanted, exercises)
-    if drift.empty():
-        print(f"stubs in sync: exercises/ matches solutions/ ({len(wanted)} files)")
-        return 0
-    print("exercises/ drifted from solutions/ (exercises/ is generated: run ./distlab sync, "
-          "and edit solutions/ instead):")
-    drift.print_files(missing="missing", changed="differs", extra="extra", max_diff_lines=max_diff_lines)
-    print(f"{len(drift.missing)} missing, {len(drift.extra)} extra, {len(drift.changed)} differ")
-    return 1
-
-
-__all__ = ["strip_solutions", "regions", "Region", "generate", "compare", "sync", "check", "Drift", "MarkerError",
+__all__ = ["strip_solutions", "regions", "Region", "generate", "compare", "sync", "write", "Drift", "MarkerError",
            "ROOT"]

@@ -768,7 +768,7 @@ class TestStubsAndManifest(unittest.TestCase):
             sol, ex = Path(d) / "solutions", Path(d) / "exercises"
             (sol / "m").mkdir(parents=True)
             (sol / "m/a.cpp").write_text("void f() {\n  // BEGIN SOLUTION: do it\n  g();\n  // END SOLUTION\n}\n")
-            stubs.sync(sol, ex, verbose=False)
+            stubs.sync(sol, ex)
             self.assertTrue(stubs.compare(stubs.generate(sol), ex).empty())
             (ex / "m/a.cpp").write_text("edited by hand\n")
             (ex / "m/extra.cpp").write_text("\n")

@@ -14,9 +14,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from pydistlab import grade, manifest as mf  # noqa: E402
+from pydistlab import manifest as mf  # noqa: E402
 from pydistlab.commands import mutants  # noqa: E402
 from pydistlab.errors import DistlabError  # noqa: E402
+from pydistlab.grading import items, passes  # noqa: E402
 from pydistlab.results import ModuleResult  # noqa: E402
 
 
@@ -25,16 +26,16 @@ class MutantOrder(unittest.TestCase):
         mod = mf.load().modules["03_collectives"]
         names = [i.name for i in mod.items(True)]
         last = names[-1]
-        jobs = grade._test_jobs([ModuleResult(mod, hidden=True)], Path("/bin"), Path("/src"), True,
-                                first=[last])
-        order = [j[1].name for j in jobs]
+        def jobs(first: tuple[str, ...] = ()) -> list[items.Job]:
+            return items.test_jobs([ModuleResult(mod, hidden=True)], Path("/bin"), Path("/src"), True,
+                                   passes.PLAIN.ordered(passes.Order(first=first)))
+        order = [j.item.name for j in jobs((last,))]
         self.assertEqual(order[0], last)
         self.assertEqual(order[1:], names[:-1])            # the others, in manifest order
-        plain = grade._test_jobs([ModuleResult(mod, hidden=True)], Path("/bin"), Path("/src"), True)
-        self.assertEqual([j[1].name for j in plain], names)
-        unknown = grade._test_jobs([ModuleResult(mod, hidden=True)], Path("/bin"), Path("/src"), True,
-                                   first=["no_such_item"])
-        self.assertEqual([j[1].name for j in unknown], names)
+        plain = jobs()
+        self.assertEqual([j.item.name for j in plain], names)
+        unknown = jobs(("no_such_item",))
+        self.assertEqual([j.item.name for j in unknown], names)
 
     def test_every_recorded_first_catch_is_an_item_of_its_module(self) -> None:
         man = mf.load()

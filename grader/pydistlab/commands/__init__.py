@@ -1,4 +1,4 @@
-"""One module per `./distlab` command that is not itself a grading module (cli.py dispatches).
+"""One module per `./distlab` command (cli.py dispatches), and the helpers only they use.
 
   grade.py            ./distlab grade: mode from the arguments, grade or batch, write the reports
   build.py            ./distlab build: configure and build with a CMake preset (also used by run, bench)
@@ -9,6 +9,10 @@
   submit.py           ./distlab submit: the student's owned files in a zip
   release.py          ./distlab release: the student repository
   gradescope_zip.py   ./distlab gradescope-zip: the Gradescope autograder
-  selftest.py         ./distlab test: the kit's self-test
-`./distlab golden` is golden.main; `sync` and `check --stubs` call stubs.py.
+  golden.py           ./distlab golden: regenerate or --check the reference outputs
+  stubs.py            ./distlab sync and ./distlab check --stubs
+  mutants.py          ./distlab mutants: grade the instructor mutants (mutant_records.py: which
+                      need grading again, by fingerprint)
+  selftest.py         ./distlab test: the kit's self-test (selftest_build.py: its build, tsan and
+                      nccl steps; tally.py: the count of checks)
 """

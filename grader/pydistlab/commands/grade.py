@@ -31,8 +31,9 @@ def main(a: argparse.Namespace) -> int:
     custom = os.environ.get("DISTLAB_GRADE_TREE", "")
     if custom and not re.fullmatch(r"[A-Za-z0-9_.-]+", custom):
         raise DistlabError("DISTLAB_GRADE_TREE: letters, digits, '.', '_' and '-' only")
-    run = grade.grade(a.modules, mode, sub_path, a.hidden, a.jobs, a.quiet, tree_prefix=custom,
-                      sandbox_mode=a.sandbox, sanitize=a.sanitize or "")
+    run = grade.grade(a.modules, mode, sub_path, grade.GradeOptions(
+        hidden=a.hidden, jobs=a.jobs, quiet=a.quiet, tree_prefix=custom, sandbox=a.sandbox,
+        sanitize=a.sanitize or ""))
     out = Path(a.out).resolve() if a.out else BUILD / "grade" / (custom or mode.tree_id) / "report"
     report.write_all(run, out)
     report.print_table(run, rel(out))

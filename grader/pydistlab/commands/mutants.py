@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -41,15 +39,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import grade, manifest as mf, tree as kit_tree
+from .. import grade, manifest as mf
 from ..errors import DistlabError
-from ..paths import BUILD, ROOT, is_release, nproc
+from ..paths import ROOT, is_release, nproc
 from ..results import Mode
+from .mutant_records import CAUGHT, PATCH, caught_before, fingerprints as fingerprints
 
 MUTANTS = ROOT / "grader" / "mutants"
 TREE = "mutants"       # build/grade/mutants: one workspace for every mutant
 HEADER = re.compile(r"^# MUTANT ([A-Za-z0-9_.-]+): (.+)$")
-PATCH = "mutant.patch"
 HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 FIRST_CATCHES = MUTANTS / "first_catches.json"   # "module/mutant": the item that caught it first
 
@@ -72,97 +70,6 @@ def save_first_catches(results: list[Outcome]) -> None:
         if o.caught:
             data[f"{o.module}/{o.name}"] = o.caught_by[0]
     FIRST_CATCHES.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n", encoding="utf-8")
-
-
-# The self-test's record of caught mutants (build/mutants-caught.json, never committed): a mutant
-# caught before is graded again only when something its grade depends on has changed since. What
-# it depends on is taken broadly: every file of the kit except the other modules' own folders
-# (those of its prerequisites count), the documentation, the grader's unittests and its commands
-# other than this one; plus the compiler, CMake, Python, the CPU and the DISTLAB_* and compiler
-# variables of the environment. So an edit to one module's reference, tests or mutants regrades
-# that module's mutants (and those of the modules built on it), an edit to libdist/ or the grading
-# code regrades them all.
-CAUGHT = BUILD / "mutants-caught.json"
-MODULE_FOLDERS = ("solutions", "exercises", "grader/hidden", "grader/tests", "grader/golden", "grader/mutants")
-NOT_DEPENDED_ON = ("docs/", "grader/selftest/", ".ci/", "grader/pydistlab/commands/")
-ENV_KEYS = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS")
-
-
-def _owner(path: str, modules: set[str]) -> str:
-    """The module whose own folder holds path ("" for the kit's shared files)."""
-    for folder in MODULE_FOLDERS:
-        if path.startswith(folder + "/"):
-            head = path[len(folder) + 1:].split("/")[0]
-            return head if head in modules else ""
-    if path.startswith("grader/hints/") and path.endswith(".toml"):
-        name = path[len("grader/hints/"):-len(".toml")]
-        return name if name in modules else ""
-    return ""
-
-
-def _toolchain() -> str:
-    """The tools and settings a grade's verdict could depend on, as text."""
-    parts = []
-    for cmd in (["c++", "--version"], ["cmake", "--version"]):
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-            parts.append(r.stdout.splitlines()[0] if r.stdout else "")
-        except (OSError, subprocess.TimeoutExpired):
-            parts.append(f"{cmd[0]}: none")
-    parts.append(sys.version)
-    try:
-        cpu = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), "")
-    except OSError:
-        cpu = ""
-    parts.append(cpu)
-    parts += [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("DISTLAB_") or k in ENV_KEYS]
-    return "\n".join(parts)
-
-
-def fingerprints(found: list[tuple[str, Path]], root: Path = ROOT) -> dict[str, str]:
-    """"module/mutant" -> a hash of everything the mutant's grade depends on (see CAUGHT above), for
-    the kit at root."""
-    man = mf.load()
-    names = set(man.modules)
-    digest: dict[str, str] = {}
-    shared: list[str] = []
-    owned: dict[str, list[str]] = {}
-    for path in kit_tree.kit_files(root):
-        if (path.startswith(NOT_DEPENDED_ON) and path != "grader/pydistlab/commands/mutants.py") \
-                or (path.endswith(".md") and "/" not in path) \
-                or (path.startswith("grader/mutants/") and not path.endswith("/" + PATCH)):
-            continue
-        try:
-            digest[path] = hashlib.sha256((root / path).read_bytes()).hexdigest()
-        except OSError:
-            continue
-        who = _owner(path, names)
-        (owned.setdefault(who, []) if who else shared).append(path)
-    base = hashlib.sha256(_toolchain().encode())
-    for path in shared:
-        base.update(f"{path}\0{digest[path]}\n".encode())
-    out: dict[str, str] = {}
-    for name in dict.fromkeys(m for m, _ in found):
-        h = base.copy()
-        for m in [*man.prerequisites_closure(name), name]:
-            for path in owned.get(m, []):
-                if not path.startswith("grader/mutants/"):
-                    h.update(f"{path}\0{digest[path]}\n".encode())
-        for m, folder in found:
-            if m == name:
-                mine = h.copy()
-                mine.update((folder / PATCH).read_bytes() if (folder / PATCH).is_file() else b"")
-                out[f"{m}/{folder.name}"] = mine.hexdigest()
-    return out
-
-
-def caught_before() -> dict[str, dict[str, str]]:
-    """"module/mutant" -> {"fingerprint", "caught_by", "when"} of its last catch ({} when none)."""
-    try:
-        data = json.loads(CAUGHT.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict)} if isinstance(data, dict) else {}
 
 
 def record_caught(results: list[Outcome], prints: dict[str, str]) -> None:
@@ -311,8 +218,9 @@ def grade_mutant(module: mf.Module, folder: Path, jobs: int = 0, fast: bool = Fa
         out.mistake, out.problem = _materialise(module, folder, Path(tmp))
         if out.problem:
             return out
-        run = grade.grade([module.name], Mode.SUBMISSION, Path(tmp), hidden=True, jobs=jobs, quiet=True,
-                          tree_prefix=tree, stop_early=fast, first=[first] if first else [])
+        order = grade.Order(first=(first,) if first else (), stop_early=fast)
+        run = grade.grade([module.name], Mode.SUBMISSION, Path(tmp), grade.GradeOptions(
+            hidden=True, jobs=jobs, quiet=True, tree_prefix=tree, order=order))
     res = run.modules[0]
     out.max_score = res.max_score
     out.seconds = time.monotonic() - t0
