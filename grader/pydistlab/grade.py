@@ -110,10 +110,10 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
         # No namespaces: as root, the submission's files are compiled as an unprivileged uid that
         # cannot read what lock_away() closed.
         plan = sandbox.BuildPlan.read(tb.src, build_dir)
-        lend_to = sandbox.build_uid(plan)
+        lend_to = sandbox.build_uid(plan, guard.status)
         if lend_to is not None:
             sandbox.lock_away(plan, ROOT, guard.hide)
-            view, trusted = sandbox.uid_prefix(lend_to), []
+            view, trusted = sandbox.uid_prefix(lend_to), sandbox.link_prefix()
         else:
             plan = None
     up_to_date = False
@@ -336,7 +336,7 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
         run.notes.append("no module has graded tests in grader/manifest.toml yet")
         return run
     deps.ensure()
-    box = sandbox.probe(sandbox_mode)
+    box = sandbox.admit(sandbox.probe(sandbox_mode), mode.value, ws.grade_root())
     say(sandbox.describe(box))
     if not box.isolated and mode is not Mode.STUDENT:
         run.notes.append(sandbox.describe(box))

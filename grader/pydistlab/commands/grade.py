@@ -11,9 +11,9 @@ import re
 import sys
 from pathlib import Path
 
-from .. import batch, grade, report
+from .. import batch, grade, report, workspace as ws
 from ..errors import DistlabError
-from ..paths import BUILD, rel
+from ..paths import rel
 from ..results import Mode
 
 
@@ -33,7 +33,7 @@ def main(a: argparse.Namespace) -> int:
         raise DistlabError("DISTLAB_GRADE_TREE: letters, digits, '.', '_' and '-' only")
     run = grade.grade(a.modules, mode, sub_path, a.hidden, a.jobs, a.quiet, tree_prefix=custom,
                       sandbox_mode=a.sandbox, sanitize=a.sanitize or "")
-    out = Path(a.out).resolve() if a.out else BUILD / "grade" / (custom or mode.tree_id) / "report"
+    out = Path(a.out).resolve() if a.out else ws.grade_root() / (custom or mode.tree_id) / "report"
     report.write_all(run, out)
     report.print_table(run, rel(out))
     sys.stdout.flush()
