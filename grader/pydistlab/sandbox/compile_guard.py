@@ -27,15 +27,16 @@ import time
 
 POLL_S = 0.1
 PATTERNS = {"File size limit exceeded": "wrote a file larger than the file-size limit of {fsize} MiB",
+            "File too large": "wrote a file larger than the file-size limit of {fsize} MiB",
             "CPU time limit exceeded": "used more than its {cpu} s of CPU time",
             "out of memory": "needed more than the memory limit of {mem} MiB",
             "Cannot allocate memory": "needed more than the memory limit of {mem} MiB",
             "std::bad_alloc": "needed more than the memory limit of {mem} MiB"}
 
 
-def _source(cmd: list[str]) -> str:
+def _source(cmd: list[str], flags: tuple[str, ...] = ("-c", "-o")) -> str:
     """The file a compile reads (after -c), else the output (after -o), else the program."""
-    for flag in ("-c", "-o"):
+    for flag in flags:
         if flag in cmd[:-1]:
             return cmd[cmd.index(flag) + 1]
     return cmd[0]
@@ -97,12 +98,14 @@ def main() -> int:
     if not limits:
         os.execvp(cmd[0], cmd)
     wall, cpu, mem, fsize = (int(x) for x in limits)
-    what = f"the {'compile' if kind == 'compile' else 'link'} of {_source(cmd)}"
+    what = f"the compile of {_source(cmd)}" if kind == "compile" else f"the link of {_source(cmd, ('-o',))}"
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.setpgid(0, 0)
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):   # Python ignores them; a compiler must not
+                signal.signal(sig, signal.SIG_DFL)
             os.close(read_end)
             os.dup2(write_end, 1)
             os.dup2(write_end, 2)

@@ -104,8 +104,7 @@ def guard_launcher(src: Path) -> dict[str, str]:
         return {}
     python = "/usr/bin/python3" if Path("/usr/bin/python3").is_file() else sys.executable
     run = f"{python};-I;-S;{guard}"
-    return {"CMAKE_CXX_COMPILER_LAUNCHER": f"{run};compile", "CMAKE_C_COMPILER_LAUNCHER": f"{run};compile",
-            "CMAKE_CXX_LINKER_LAUNCHER": f"{run};link"}
+    return {"CMAKE_CXX_COMPILER_LAUNCHER": f"{run};compile", "CMAKE_CXX_LINKER_LAUNCHER": f"{run};link"}
 
 
 def guard_prefix(untrusted: bool) -> list[str]:
