@@ -34,7 +34,8 @@ class TestBoundedBuild(GraderTestCase):
                                  r"file not found: /dev/zero|unable to include `/dev/zero'|not a regular file"),
             # 900 MiB of zeros in the object file, which every test program would copy.
             ".skip 900 MiB": (FIX_HEAD + 'asm(".data\\n.skip 943718400\\n.text");\n' + HONEST,
-                              r"error: the compile of exercises/01_fix/fix.cpp wrote a file larger than the file-size limit of 64 MiB"),
+                              r"error: the compile of exercises/01_fix/fix.cpp wrote a file larger than "
+                              r"the file-size limit of 64 MiB"),
         }
         for (how, (text, reason)), mode in [(kv, m) for kv in attacks.items() for m in MODES]:
             with self.subTest(f"{how}, --sandbox {mode}"):

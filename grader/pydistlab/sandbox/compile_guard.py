@@ -120,11 +120,12 @@ def main() -> int:
             os.write(2, f"compile_guard: cannot run {cmd[0]}: {e}\n".encode())
         os._exit(127)
     os.close(write_end)
-    start, tail, seen, reason, status = time.monotonic(), b"", set(), "", None
+    start, tail, seen, reason, status, open_ = time.monotonic(), b"", set(), "", None, True
     while status is None:
-        ready, _, _ = select.select([read_end], [], [], POLL_S)
+        ready, _, _ = select.select([read_end] if open_ else [], [], [], POLL_S)
         if ready:
             data = os.read(read_end, 65536)
+            open_ = bool(data)   # at the end of the output, only wait
             if data:
                 os.write(1, data)
                 tail = (tail + data)[-8192:]
@@ -148,7 +149,7 @@ def main() -> int:
             except OSError:
                 pass
             _, status = os.waitpid(pid, 0)
-    while True:   # what is left in the pipe (the command's last words)
+    while open_:   # what is left in the pipe (the command's last words)
         ready, _, _ = select.select([read_end], [], [], 0.5)
         data = os.read(read_end, 65536) if ready else b""
         if not data:

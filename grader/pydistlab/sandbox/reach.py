@@ -72,12 +72,13 @@ def safe_dir(path: Path, mode: int = 0o711) -> Path:
     return path
 
 
-def shared_home(kit: Path, tops: tuple[Path, ...] = SHARED_TOPS) -> tuple[Path | None, str]:
+def shared_home(kit: Path, tops: tuple[Path, ...] | None = None) -> tuple[Path | None, str]:
     """The root-owned folder for this kit checkout's workspaces (one per checkout, named by a hash
-    of its path), made when missing; (None, why) when no candidate is safe or writable."""
+    of its path) under the first of tops (SHARED_TOPS) that is safe, made when missing; (None, why)
+    when none is safe or writable."""
     key = hashlib.sha256(str(kit.resolve()).encode()).hexdigest()[:16]
     why: list[str] = []
-    for top in tops:
+    for top in tops or SHARED_TOPS:
         try:
             safe_dir(top)
             home = safe_dir(top / key)
