@@ -95,6 +95,8 @@ def main() -> int:
     except (ValueError, AttributeError):
         print("compile_guard: DISTLAB_GUARD is not valid JSON", file=sys.stderr)
         return 2
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):   # Python ignores them; a compiler must not
+        signal.signal(sig, signal.SIG_DFL)
     if not limits:
         os.execvp(cmd[0], cmd)
     wall, cpu, mem, fsize = (int(x) for x in limits)
@@ -104,8 +106,6 @@ def main() -> int:
     if pid == 0:
         try:
             os.setpgid(0, 0)
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):   # Python ignores them; a compiler must not
-                signal.signal(sig, signal.SIG_DFL)
             os.close(read_end)
             os.dup2(write_end, 1)
             os.dup2(write_end, 2)
