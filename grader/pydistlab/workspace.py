@@ -156,7 +156,7 @@ def grade_root() -> Path:
         _grade_root.append(base)
         return base
     target = home / "grade"
-    target.mkdir(mode=0o755, exist_ok=True)
+    target.mkdir(mode=0o711, exist_ok=True)
     if base.is_symlink() and Path(os.readlink(base)) != target:
         base.unlink()
     if not base.exists() and not base.is_symlink():
