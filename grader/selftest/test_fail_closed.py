@@ -145,6 +145,20 @@ class TestSharedFolder(unittest.TestCase):
         other, _ = reach.shared_home(Path("/other/kit"), (self.top / "a",))
         self.assertNotEqual(other, home)   # one folder per kit checkout
 
+    def test_workspaces_of_checkouts_gone_are_removed(self) -> None:
+        kit = self.top / "kit"
+        kit.mkdir()
+        (kit / "distlab").write_text("")
+        gone, _ = reach.shared_home(Path("/nonexistent/kit"), (self.top / "a",))
+        assert gone is not None
+        self.assertTrue(gone.is_dir())   # its own is kept
+        kept, _ = reach.shared_home(kit, (self.top / "a",))
+        assert kept is not None
+        self.assertFalse(gone.exists())   # pruned when the next one was made
+        self.assertTrue(kept.is_dir())
+        shutil.rmtree(kit)
+        self.assertEqual(reach.prune(self.top / "a"), [kept])
+
     def test_a_link_or_somebody_elses_folder_is_refused(self) -> None:
         (self.top / "elsewhere").mkdir()
         os.symlink(self.top / "elsewhere", self.top / "link")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -85,7 +86,24 @@ def shared_home(kit: Path, tops: tuple[Path, ...] | None = None) -> tuple[Path |
             note = home / "KIT"
             if not note.is_file() or note.read_text(errors="replace") != f"{kit.resolve()}\n":
                 note.write_text(f"{kit.resolve()}\n")   # which checkout these workspaces belong to
+            prune(top, keep=home)
             return home, ""
         except (OSError, Unsafe) as e:
             why.append(f"{top}: {e}")
     return None, "; ".join(why)
+
+
+def prune(top: Path, keep: Path | None = None) -> list[Path]:
+    """Removes the workspaces of checkouts that no longer exist (their KIT file names a folder
+    without a `distlab` script: a clone deleted, a self-test's temporary copy), but keep's;
+    returns them."""
+    gone = []
+    for home in top.iterdir():
+        note = home / "KIT"
+        if home == keep or home.is_symlink() or not note.is_file() or note.is_symlink():
+            continue
+        kit = Path(note.read_text(errors="replace").strip())
+        if kit.is_absolute() and not (kit / "distlab").exists():
+            shutil.rmtree(home, ignore_errors=True)
+            gone.append(home)
+    return gone
