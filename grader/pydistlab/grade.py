@@ -53,7 +53,7 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
         run.notes.append("no module has graded tests in grader/manifest.toml yet")
         return run
     deps.ensure()
-    box = sandbox.probe(options.sandbox)
+    box = sandbox.admit(sandbox.probe(options.sandbox), mode.value, ws.grade_root())
     say(sandbox.describe(box))
     if not box.isolated and mode is not Mode.STUDENT:
         run.notes.append(sandbox.describe(box))

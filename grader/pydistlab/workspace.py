@@ -1,5 +1,9 @@
 """The grader's workspaces: clean copies of the kit under build/grade/<id>/ and their builds.
 
+build/grade is grade_root(): the kit's own build/grade, except when the grader is root and the
+unprivileged test uids cannot reach the kit (a clone under root's 0700 home): then the workspaces
+live in a root-owned folder they can reach (sandbox/reach.py) and build/grade is a link to it.
+
 One workspace is build/grade/<id>/ with
   src/          the kit's files (solutions/, the self-tests, the mutants and, unless asked, the
                 hidden tests left out) with an overlay on top: the files under grade, or the reference;
@@ -25,6 +29,8 @@ from pathlib import Path
 
 from . import cmake, manifest as mf, tree
 from .paths import BUILD, ROOT, SOLUTIONS, rel
+from .sandbox import reach
+from .sandbox.limits import guard_launcher
 
 ERROR_LINES = 25          # compiler error lines kept in a "not gradable" report
 ERROR_CHARS = 3000
@@ -130,6 +136,39 @@ def _tree_files(hidden: bool) -> dict[str, Path | bytes]:
     return files
 
 
+_grade_root: list[Path] = []
+
+
+def grade_root() -> Path:
+    """Where the workspaces live: build/grade, or (root, kit out of the test uids' reach) the
+    root-owned folder reach.shared_home() names, with build/grade a link to it. When that folder
+    cannot be made, build/grade (the sandbox then refuses to grade submissions: probe.admit())."""
+    if _grade_root:
+        return _grade_root[0]
+    base = BUILD / "grade"
+    if os.geteuid() != 0 or (not base.is_symlink() and reach.reachable(base)):
+        _grade_root.append(base)
+        return base
+    home, why = reach.shared_home(ROOT)
+    if home is None:
+        print(f"distlab: the grading workspaces stay in {base}, out of reach of the test uids; "
+              f"no shared folder could be made ({why})", file=sys.stderr)
+        _grade_root.append(base)
+        return base
+    target = home / "grade"
+    target.mkdir(mode=0o711, exist_ok=True)
+    if base.is_symlink() and Path(os.readlink(base)) != target:
+        base.unlink()
+    if not base.exists() and not base.is_symlink():
+        base.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, base)
+    elif not base.is_symlink():
+        print(f"distlab: the grading workspaces are in {target} (the test uids cannot reach this "
+              f"kit); {base} is from before and can be removed", file=sys.stderr)
+    _grade_root.append(target)
+    return target
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """Holds an exclusive lock on path (waiting, with a message, while another command holds it)."""
@@ -147,7 +186,7 @@ def _locked(path: Path) -> Iterator[None]:
 def open_tree(tree_id: str, overlay: dict[str, bytes], hidden: bool, say: Progress) -> Iterator[TreeBuild]:
     """Locks the workspace build/grade/<tree_id>, makes its src/ the kit plus overlay, and yields
     it; the lock is held until the with-block ends, so keep building and testing inside it."""
-    base = BUILD / "grade" / tree_id
+    base = grade_root() / tree_id
     with _locked(base / ".lock"):
         src = base / "src"
         files = _tree_files(hidden)
@@ -184,7 +223,7 @@ def configure(tb: TreeBuild, build_dir: Path, cache: dict[str, str], say: Progre
     DISTLAB_ARCH, say) is configured again."""
     if not cmake.configured(build_dir):
         say(f"configuring {rel(build_dir)}")
-    cmake.configure(tb.src, build_dir, cache, quiet=True)
+    cmake.configure(tb.src, build_dir, dict(cache, **guard_launcher(tb.src)), quiet=True)
 
 
 def owned_files() -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import cmake, deps, manifest as mf, workspace as ws
 from ..errors import DistlabError
-from ..paths import BUILD, ROOT, is_release, rel
+from ..paths import ROOT, is_release, rel
 
 
 def _progress(msg: str) -> None:
@@ -27,7 +27,7 @@ def _failed(output: str, strip: str) -> DistlabError:
 
 def shared_tree(solutions: bool) -> Path:
     """The grader's build folder for these sources (it may not be configured yet)."""
-    return BUILD / "grade" / ("solutions" if solutions else "exercises") / "build"
+    return ws.grade_root() / ("solutions" if solutions else "exercises") / "build"
 
 
 def _build_shared(solutions: bool, targets: list[str], capture: bool = True) -> Path:
@@ -36,7 +36,7 @@ def _build_shared(solutions: bool, targets: list[str], capture: bool = True) -> 
     tree_id = "solutions" if solutions else "exercises"
     overlay = ws.solution_overlay(man.order, man) if solutions else {}
     # Keep the hidden tests as the last grade left them (adding or removing them re-runs CMake).
-    hidden = (BUILD / "grade" / tree_id / "src" / "grader" / "hidden").is_dir()
+    hidden = (ws.grade_root() / tree_id / "src" / "grader" / "hidden").is_dir()
     with ws.open_tree(tree_id, overlay, hidden, ws.Progress(quiet=True)) as tb:
         if not cmake.configured(tb.build):
             _progress(f"configuring {rel(tb.build)}")

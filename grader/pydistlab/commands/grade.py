@@ -11,9 +11,9 @@ import re
 import sys
 from pathlib import Path
 
-from .. import batch, grade, report
+from .. import batch, grade, report, workspace as ws
 from ..errors import DistlabError
-from ..paths import BUILD, rel
+from ..paths import rel
 from ..results import Mode
 
 
@@ -34,7 +34,7 @@ def main(a: argparse.Namespace) -> int:
     run = grade.grade(a.modules, mode, sub_path, grade.GradeOptions(
         hidden=a.hidden, jobs=a.jobs, quiet=a.quiet, tree_prefix=custom, sandbox=a.sandbox,
         sanitize=a.sanitize or ""))
-    out = Path(a.out).resolve() if a.out else BUILD / "grade" / (custom or mode.tree_id) / "report"
+    out = Path(a.out).resolve() if a.out else ws.grade_root() / (custom or mode.tree_id) / "report"
     report.write_all(run, out)
     report.print_table(run, rel(out))
     sys.stdout.flush()

@@ -224,7 +224,7 @@ def create(root: Path, name: str, title: str = "") -> list[str]:
     for rel_, text in {**files, **edits}.items():
         (root / rel_).parent.mkdir(parents=True, exist_ok=True)
         (root / rel_).write_text(text, encoding="utf-8")
-    stubs.sync(root / "solutions", root / "exercises", verbose=False)
+    stubs.sync(root / "solutions", root / "exercises")
     exercises = sorted(f"exercises/{p.relative_to(root / 'exercises').as_posix()}"
                        for p in (root / "exercises" / name).rglob("*") if p.is_file())
     return sorted(files) + exercises + sorted(edits)

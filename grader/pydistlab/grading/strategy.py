@@ -158,14 +158,13 @@ class Bubblewrap(Sandboxed):
 
 
 class UnprivilegedUid(Sandboxed):
-    trusted_prefix: list[str] | None = []
-
     def __init__(self, tb: ws.TreeBuild, build_dir: Path, tree: TreePlan, plan: sandbox.BuildPlan,
                  uid: int) -> None:
         super().__init__(tb, build_dir, tree, plan)
         self.uid = uid
         sandbox.lock_away(plan, ROOT, tree.hide)
         self.untrusted_prefix = sandbox.uid_prefix(uid)
+        self.trusted_prefix = sandbox.link_prefix()   # links of trusted parts with submitted objects
 
     def _compile(self, module: str, objects: list[str]) -> cmake.Result:
         folders = sorted({self.build_dir / Path(o).parent for o in objects})
@@ -186,7 +185,7 @@ def choose(status: sandbox.Status, mode: Mode, tb: ws.TreeBuild, build_dir: Path
         return Bubblewrap(tb, build_dir, tree, sandbox.BuildPlan.read(tb.src, build_dir))
     if status.limited:
         plan = sandbox.BuildPlan.read(tb.src, build_dir)
-        uid = sandbox.build_uid(plan)
+        uid = sandbox.build_uid(plan, status)
         if uid is not None:
             return UnprivilegedUid(tb, build_dir, tree, plan, uid)
     return NoSandbox(tb, build_dir, tree)

@@ -20,10 +20,15 @@ happen under this module's rules:
   lock_away(), LentTo
                    without namespaces, as root: what the submission must not read is made
                    root-only, and its files are compiled as an unprivileged uid.
+  admit()          fail closed: without bubblewrap, submitted code never runs with the grader's
+                   rights (reach.py finds the test uids a tree they can reach, or the grade stops).
+  compile_guard.py each compile of a submitted file and each link with its objects, limited on
+                   its own (seconds, memory, file size; no device or /proc file read).
 
 The package, by concern: status (probe, describe), header_rule, bwrap (views), jail (a test
 process), agent (one sandbox per worker), limits, uid (without namespaces), environ (a test's
-environment: an allowlist), sweep (nothing of a test outlives it: processes, keyrings, IPC).
+environment: an allowlist), sweep (nothing of a test outlives it: processes, keyrings, IPC),
+reach (where the test uids can reach), compile_guard (one compile or link under limits).
 """
 from __future__ import annotations
 
@@ -33,13 +38,13 @@ from .environ import test_env
 from .header_rule import HEADER_SUFFIXES, STD_HEADERS, check_header, check_owned_headers
 from .jail import TestJail, jail_for
 from .limits import BUILD_FILE_SIZE_MB, BUILD_MEMORY_MB, TEST_UID_BASE, TMP_SIZE_MB, XML_CAP, Limits, limit_reason
-from .probe import probe
+from .probe import admit, probe
 from .status import Status, describe
 from .sweep import processes_of, sweep_uid
-from .uid import LentTo, build_uid, lock_away, uid_prefix
+from .uid import LentTo, build_uid, link_prefix, lock_away, uid_prefix
 
 __all__ = ["AGENT_PYTHON", "Agent", "close_agents", "BuildPlan", "build_view", "redact_hidden",
            "HEADER_SUFFIXES", "STD_HEADERS", "check_header", "check_owned_headers", "TestJail", "jail_for",
            "BUILD_FILE_SIZE_MB", "BUILD_MEMORY_MB", "TEST_UID_BASE", "TMP_SIZE_MB", "XML_CAP", "Limits",
-           "limit_reason", "Status", "describe", "probe", "LentTo", "build_uid", "lock_away", "uid_prefix",
-           "test_env", "processes_of", "sweep_uid"]
+           "limit_reason", "Status", "describe", "admit", "probe", "LentTo", "build_uid", "link_prefix",
+           "lock_away", "uid_prefix", "test_env", "processes_of", "sweep_uid"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .header_rule import HEADER_SUFFIXES
-from .limits import build_limits
+from .limits import build_limits, guard_prefix
 
 
 def _system_binds() -> list[str]:
@@ -28,13 +28,16 @@ def _system_binds() -> list[str]:
     return args
 
 
-def _base(user_ns: bool = True) -> list[str]:
+def _base(user_ns: bool = True, devices: bool = True) -> list[str]:
     """bwrap with new pid, network, IPC, UTS (and cgroup) namespaces; user_ns=False keeps the
-    caller's user namespace (as root, so that setpriv can switch to an unmapped test uid)."""
+    caller's user namespace (as root, so that setpriv can switch to an unmapped test uid).
+    devices=False: no /proc and only /dev/null in /dev (what compilers need), so an `#include` of
+    /dev/zero or /proc/self/fd/1 finds no such file."""
     spaces = ["--unshare-all"] if user_ns else ["--unshare-ipc", "--unshare-pid", "--unshare-net",
                                                 "--unshare-uts", "--unshare-cgroup-try"]
+    dev = ["--proc", "/proc", "--dev", "/dev"] if devices else ["--dir", "/dev", "--dev-bind", "/dev/null", "/dev/null"]
     return ["bwrap", *spaces, "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            *_system_binds(), "--proc", "/proc", "--dev", "/dev"]
+            *_system_binds(), *dev]
 
 
 
@@ -90,9 +93,10 @@ def build_view(plan: BuildPlan, untrusted: bool, hide_sources: tuple[str, ...] =
     submission's own files, so it also loses sight of grader/hidden/ (its CMakeLists.txt files
     stay, ninja checks them), of the objects and programs built from hidden or reference sources,
     and of the files under hide_sources (src-relative prefixes: the reference sources of
-    prerequisite modules), which read as empty."""
+    prerequisite modules), which read as empty. It has no /proc and no device but /dev/null, and
+    compile_guard.py limits each compile (untrusted) or each link (trusted) of the step."""
     src, build = plan.src, plan.build
-    args = [*build_limits(untrusted), *_base(), "--tmpfs", "/tmp", "--ro-bind", str(src), str(src),
+    args = [*build_limits(untrusted), *_base(devices=not untrusted), "--tmpfs", "/tmp", "--ro-bind", str(src), str(src),
             "--bind", str(build), str(build)]
     if untrusted:
         hidden = src / "grader" / "hidden"
@@ -113,7 +117,7 @@ def build_view(plan: BuildPlan, untrusted: bool, hide_sources: tuple[str, ...] =
                 args += ["--tmpfs", str(d)]
         if (build / "bin").is_dir():
             args += ["--tmpfs", str(build / "bin")]
-    return args + ["--chdir", str(build)]
+    return args + ["--chdir", str(build), *guard_prefix(untrusted)]
 
 
 def redact_hidden(errors: str) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import manifest as mf
+from ..errors import DistlabError
 from .agent import AGENT_CAPS, AGENT_PYTHON, Agent, agents, agents_lock
 from .bwrap import _base
 from .limits import TEST_UID_BASE, TMP_SIZE_MB, Limits, tasks_of
@@ -90,11 +91,14 @@ class TestJail:
 
     def uid(self, binary: Path) -> int | None:
         """The uid the test runs as: the worker's own when the grader is root, else None (the
-        grader's). Without bubblewrap only when any user can reach the test program."""
+        grader's). Without bubblewrap, a test program the test uids cannot reach runs as root only
+        where the status allows it (probe.admit()); otherwise the test is refused (fail closed)."""
         if os.geteuid() != 0 or not self.status.limited or not shutil.which("setpriv"):
             return None
         if not self.status.isolated and not _reachable(binary):
-            return None
+            if self.status.own_rights:
+                return None
+            raise DistlabError(f"the test uids cannot reach {binary}: the test was not run as root")
         return TEST_UID_BASE + self.worker
 
     def nproc_limit(self) -> int:

@@ -2,9 +2,12 @@
 failed test broke."""
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,10 +15,19 @@ from pathlib import Path
 #: the process limit (counted per user) of one test never starves another.
 TEST_UID_BASE = 61000
 TMP_SIZE_MB = 256              # the private /tmp of a test process (a tmpfs)
-#: Limits of each compiler process that reads a submission's files (a template or constexpr bomb
-#: must not take the grader's memory or disk; the time limit is cmake.BUILD_TIMEOUT_S).
+#: Limits of the build step that compiles a submission's files, as a whole (prlimit on ninja).
 BUILD_MEMORY_MB = 8192
 BUILD_FILE_SIZE_MB = 1024
+#: Limits of each compiler process that reads a submission's file (compile_guard.py): wall clock
+#: and CPU seconds (DISTLAB_COMPILE_LIMIT_S overrides both), address space, and the size of a file
+#: it writes (an object file: a 900 MiB `.skip` is refused here, not copied into every program).
+COMPILE_LIMIT_S = 120
+COMPILE_MEMORY_MB = BUILD_MEMORY_MB
+OBJECT_SIZE_MB = 64
+#: Limits of each link of the kit's programs with a submission's objects.
+LINK_LIMIT_S = 300
+LINK_MEMORY_MB = BUILD_MEMORY_MB
+PROGRAM_SIZE_MB = 1024
 XML_CAP = 4 * 1024 * 1024      # bytes of gtest report read back
 
 
@@ -77,3 +89,29 @@ def build_limits(untrusted: bool) -> list[str]:
     return ["prlimit", f"--as={BUILD_MEMORY_MB * 1024 * 1024}", f"--fsize={BUILD_FILE_SIZE_MB * 1024 * 1024}",
             "--core=0"]
 
+
+
+def compile_limit_s() -> int:
+    value = os.environ.get("DISTLAB_COMPILE_LIMIT_S", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else COMPILE_LIMIT_S
+
+
+def guard_launcher(src: Path) -> dict[str, str]:
+    """The CMake cache entries that run every compile and link of a grading tree through
+    compile_guard.py (which only limits them when the build step sets DISTLAB_GUARD)."""
+    guard = src / "grader" / "pydistlab" / "sandbox" / "compile_guard.py"
+    if not guard.is_file():
+        return {}
+    python = "/usr/bin/python3" if Path("/usr/bin/python3").is_file() else sys.executable
+    run = f"{python};-I;-S;{guard}"
+    return {"CMAKE_CXX_COMPILER_LAUNCHER": f"{run};compile", "CMAKE_CXX_LINKER_LAUNCHER": f"{run};link"}
+
+
+def guard_prefix(untrusted: bool) -> list[str]:
+    """What a build step's command starts with so that compile_guard.py limits each compile of a
+    submitted file (untrusted) or each link of the kit's programs with its objects."""
+    if untrusted:
+        limits = {"compile": [compile_limit_s(), compile_limit_s(), COMPILE_MEMORY_MB, OBJECT_SIZE_MB]}
+    else:
+        limits = {"link": [LINK_LIMIT_S, LINK_LIMIT_S, LINK_MEMORY_MB, PROGRAM_SIZE_MB]}
+    return ["env", "DISTLAB_GUARD=" + json.dumps(limits, separators=(",", ":"))]

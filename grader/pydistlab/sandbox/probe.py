@@ -1,17 +1,19 @@
 """Which sandbox this run gets, and why not a better one."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from .. import deps
 from ..errors import DistlabError
-from .limits import Limits
+from .limits import TEST_UID_BASE, Limits
+from .reach import reachable
 from .status import Status
+from .uid import UNREACHABLE_FIX
 
 _probed: dict[str, Status] = {}
-
 
 
 def probe(request: str = "auto") -> Status:
@@ -54,3 +56,30 @@ def probe(request: str = "auto") -> Status:
         raise DistlabError(f"--sandbox on: {reason}")
     _probed[request] = status
     return status
+
+
+def admit(status: Status, mode: str, tree: Path) -> Status:
+    """Fail closed: the sandbox this grade may use, or DistlabError with the reason and the fix.
+    mode: "student" (this checkout's own files), "solutions" (the references) or "submission".
+    Without bubblewrap, submitted code must not run with the grader's rights: as root it runs as
+    the test uids, which must reach tree (workspace.grade_root() moves it where they can); not as
+    root nothing can drop rights, so instructor modes refuse. A student grading their own checkout
+    (or the references) may run with their own rights, which describe() says once."""
+    if status.isolated or not status.limited:
+        return status
+    if os.geteuid() != 0:
+        if mode == "submission":
+            raise DistlabError(
+                "refusing to grade a submission: bubblewrap cannot isolate it here (" + status.reason +
+                ") and, not being root, the grader cannot run it as another user, so it would run with "
+                "your rights. Install bubblewrap (Debian/Ubuntu: " + deps.install_line(["bubblewrap"]) +
+                "), allow user namespaces, grade as root, or pass --sandbox off to accept that knowingly")
+        return status
+    if reachable(tree):
+        return status
+    if mode == "submission":
+        raise DistlabError(f"refusing to grade a submission: the unprivileged uid {TEST_UID_BASE} cannot "
+                           f"reach the grading tree {tree}, so the submission would be compiled and run "
+                           f"as root. {UNREACHABLE_FIX[0].upper()}{UNREACHABLE_FIX[1:]}")
+    return Status(status.mode, status.reason + f"; the test uids cannot reach {tree}, so the code runs "
+                  "with root's rights", own_rights=True)

@@ -11,6 +11,9 @@ from ..paths import is_release
 class Status:
     mode: str                  # "bwrap" | "limits-only" | "off"
     reason: str = ""           # why not bwrap (printed and noted in the report)
+    #: Without bubblewrap: the code graded may run with the grader's own rights where the test
+    #: uids cannot reach the tree (the references, or a student's own checkout; probe.admit()).
+    own_rights: bool = False
 
     @property
     def isolated(self) -> bool:
@@ -28,6 +31,8 @@ def describe(status: Status) -> str:
                 (", unprivileged uid" if os.geteuid() == 0 else "") + ")")
     if status.mode == "off":
         return "sandbox: OFF (" + status.reason + "): submission code runs with the grader's rights"
+    if os.geteuid() == 0 and status.own_rights:
+        return ("sandbox: resource limits only, with root's rights: " + status.reason + _threat_model())
     if os.geteuid() == 0:
         return ("sandbox: resource limits and an unprivileged uid, no namespaces: " + status.reason +
                 ". The network is not cut off" + _threat_model())

@@ -5,25 +5,47 @@ import os
 import shutil
 from pathlib import Path
 
+from ..errors import DistlabError
 from .bwrap import BuildPlan
 from .header_rule import HEADER_SUFFIXES
-from .limits import TEST_UID_BASE, build_limits
+from .limits import TEST_UID_BASE, build_limits, guard_prefix
+from .reach import reachable
+from .status import Status
 
 
-def build_uid(plan: BuildPlan) -> int | None:
+def build_uid(plan: BuildPlan, status: Status) -> int | None:
     """The uid the submission's own files are compiled as when bubblewrap cannot run: the first
-    test uid when the grader is root and that uid can reach the tree; else None (compiled with
-    the grader's rights, which the report states)."""
+    test uid when the grader is root. None (the grader's own rights) only where status allows it
+    (not root: a student grading their own checkout; own_rights: see probe.admit()); a root grader
+    whose tree that uid cannot reach refuses (fail closed) instead of compiling as root."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         return None
-    if not all(os.stat(p).st_mode & 0o001 for p in [plan.src, *plan.src.parents]) or \
-            not all(os.stat(p).st_mode & 0o001 for p in plan.build.parents):
-        return None
+    if not (reachable(plan.src) and reachable(plan.build)):
+        if status.own_rights:
+            return None
+        raise DistlabError(f"the unprivileged uid {TEST_UID_BASE} cannot reach {plan.src} (a folder "
+                           f"above it is not searchable by others), so the submission's files are not "
+                           f"compiled: {UNREACHABLE_FIX}")
     return TEST_UID_BASE
 
 
+#: What to do when the test uids cannot reach the grading tree.
+UNREACHABLE_FIX = ("clone the kit under a folder every user can search (not a 0700 home), let root "
+                   "write /var/lib/distlab (the grader then keeps its workspaces there), make "
+                   "bubblewrap work (install it, allow user namespaces), or pass --sandbox off to "
+                   "grade with root's rights knowingly")
+
+
 def uid_prefix(uid: int) -> list[str]:
-    return [*build_limits(True), "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+    """The compile step's command prefix as uid (with compile_guard.py's per-compile limits)."""
+    return [*build_limits(True), "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--",
+            *guard_prefix(True)]
+
+
+def link_prefix() -> list[str]:
+    """The prefix of the step that builds the kit's parts and links them with the submission's
+    objects, without bubblewrap (compile_guard.py's per-link limits)."""
+    return guard_prefix(False)
 
 
 
