@@ -116,6 +116,11 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
             view, trusted = sandbox.uid_prefix(lend_to), []
         else:
             plan = None
+    # A submission's owned headers are compiled into the tests: judged on the compiler's view first.
+    refused = sandbox.check_owned_headers(plan or sandbox.BuildPlan.read(tb.src, build_dir), [
+        man.modules[n] for n in present if n in guard.untrusted], view if plan else [], ROOT) \
+        if guard is not None and mode is Mode.SUBMISSION else {}
+    failed.update(refused)
     up_to_date = False
     if plan is not None and guard is not None:
         # A re-grade of unchanged files: ninja -n (which runs nothing) says there is nothing to
@@ -177,6 +182,10 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
     bulk = cmake.Result(True, "", 0.0) if up_to_date else \
         cmake.build(build_dir, targets, keep_going=True, progress=say.status, prefix=trusted)
     say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
+    if guard is not None and mode is Mode.SUBMISSION:   # no test runs with objects that replace the kit's
+        refused.update(sandbox.check_module_objects((plan or sandbox.BuildPlan.read(tb.src, build_dir)).objects,
+                                                    build_dir, {n: guard.untrusted.get(n, []) for n in present}))
+        failed.update(refused)
     if lend_to is not None and plan is not None and guard is not None:
         sandbox.lock_away(plan, ROOT, guard.hide)   # the new test programs too
     if warnings is not None:
@@ -197,6 +206,9 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
                                f"or no test target)")
             continue
         blockers = [p for p in man.prerequisites_closure(n) if p in failed]
+        if n in refused:
+            not_built(res, refused[n])
+            continue
         if n in untrusted_errors:
             not_built(res, f"does not compile; the first errors:\n{untrusted_errors[n]}")
             continue
@@ -378,30 +390,6 @@ def grade(module_names: list[str], mode: Mode, submission_path: Path | None = No
                 elif mode is Mode.STUDENT and name in results and not (ROOT / owned).is_file():
                     results[name].notes.append(f"{owned}: missing in this checkout")
         graded_here = [n for n in man.order if assignment.get(n) == "sub" and n in results]
-        # Owned headers are compiled into the tests: refuse a submitted one that could read files
-        # or redefine the tests' macros (sandbox.check_header, against the kit's stub and
-        # reference), and build that module's stub header instead. (Student mode grades the
-        # student's own checkout, where the stub is the student's file: nothing to compare with.)
-        refused: dict[str, str] = {}
-        if mode is Mode.SUBMISSION:
-            for name, role in assignment.items():
-                mod = man.modules.get(name)
-                if mod is None or role != "sub":
-                    continue
-                problem = sandbox.check_owned_headers(mod, {o: overlay[o] for o in mod.owned if o in overlay}, ROOT)
-                if problem:
-                    refused[name] = problem
-                    for o in mod.owned:
-                        if o.endswith(sandbox.HEADER_SUFFIXES) and (ROOT / o).is_file():
-                            overlay[o] = (ROOT / o).read_bytes()
-        for name in list(graded_here):
-            blockers = [p for p in [name, *man.prerequisites_closure(name)] if p in refused]
-            if blockers:
-                res = results[name]
-                res.status = "not gradable"
-                res.message = (refused[name] if name in refused else
-                               f"builds on {blockers[0]}, whose header was refused: {refused[blockers[0]]}")
-                graded_here.remove(name)
         untrusted = {n: [o for o in man.modules[n].owned if not o.endswith(sandbox.HEADER_SUFFIXES)]
                      for n in man.order if n in man.modules and
                      (assignment.get(n) == "sub" or (mode is Mode.STUDENT and n not in assignment))}

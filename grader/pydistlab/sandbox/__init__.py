@@ -4,9 +4,16 @@ A submission's code runs at two moments: when its owned files are compiled (the 
 the assembler read any file an `#include` or `.incbin` names) and in the test processes. Both
 happen under this module's rules:
 
-  check_header()   an owned header may not add preprocessor directives beyond standard-library
-                   `#include <...>` lines: the tests (hidden ones too) compile against it, so it
-                   must not read a file or redefine a macro (EXPECT_EQ, TEST) in a test's TU.
+  check_owned_headers()
+                   a submitted owned header is compiled into the tests (hidden ones too): it is
+                   judged on the compiler's own view (header_view: `c++ -E -dD` in the untrusted
+                   view; header_rule: its directives and tokens): no macro, pragma, asm, C
+                   linkage, placing attribute, other include, or declaration outside the kit's
+                   namespaces.
+  check_module_objects()
+                   the objects compiled from a submission may not define symbols of the tests,
+                   GoogleTest, the kit's libraries, the standard library or the C runtime, nor
+                   run code before the kit's initialisers (symbols.py, with nm and readelf).
   probe()          whether bubblewrap can make namespaces here, and why not (once per process).
   build_view()     the bwrap command line of one build step: system folders and the clean copy
                    read-only, its build folder writable, no network, no kit checkout. For the
@@ -21,14 +28,16 @@ happen under this module's rules:
                    without namespaces, as root: what the submission must not read is made
                    root-only, and its files are compiled as an unprivileged uid.
 
-The package, by concern: status (probe, describe), header_rule, bwrap (views), jail (a test
+The package, by concern: status (probe, describe), cpp_tokens, header_rule, header_view, symbols, bwrap (views), jail (a test
 process), agent (one sandbox per worker), limits, uid (without namespaces).
 """
 from __future__ import annotations
 
 from .agent import AGENT_PYTHON, Agent, close_agents
 from .bwrap import BuildPlan, build_view, redact_hidden
-from .header_rule import HEADER_SUFFIXES, STD_HEADERS, check_header, check_owned_headers
+from .header_rule import HEADER_SUFFIXES, STD_HEADERS, check_header
+from .header_view import check_owned_headers
+from .symbols import check_module_objects, check_objects
 from .jail import TestJail, jail_for
 from .limits import BUILD_FILE_SIZE_MB, BUILD_MEMORY_MB, TEST_UID_BASE, TMP_SIZE_MB, XML_CAP, Limits, limit_reason
 from .probe import probe
@@ -36,6 +45,6 @@ from .status import Status, describe
 from .uid import LentTo, build_uid, lock_away, uid_prefix
 
 __all__ = ["AGENT_PYTHON", "Agent", "close_agents", "BuildPlan", "build_view", "redact_hidden",
-           "HEADER_SUFFIXES", "STD_HEADERS", "check_header", "check_owned_headers", "TestJail", "jail_for",
+           "HEADER_SUFFIXES", "STD_HEADERS", "check_header", "check_owned_headers", "check_objects", "check_module_objects", "TestJail", "jail_for",
            "BUILD_FILE_SIZE_MB", "BUILD_MEMORY_MB", "TEST_UID_BASE", "TMP_SIZE_MB", "XML_CAP", "Limits",
            "limit_reason", "Status", "describe", "probe", "LentTo", "build_uid", "lock_away", "uid_prefix"]
