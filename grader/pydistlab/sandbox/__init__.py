@@ -28,8 +28,9 @@ happen under this module's rules:
                    without namespaces, as root: what the submission must not read is made
                    root-only, and its files are compiled as an unprivileged uid.
 
-The package, by concern: status (probe, describe), cpp_tokens, header_rule, header_view, symbols, bwrap (views), jail (a test
-process), agent (one sandbox per worker), limits, uid (without namespaces).
+The package, by concern: status (probe, describe), cpp_tokens, header_rule, header_view, symbols,
+bwrap (views), jail (a test process), agent (one sandbox per worker), limits, uid (without
+namespaces).
 """
 from __future__ import annotations
 
@@ -37,14 +38,15 @@ from .agent import AGENT_PYTHON, Agent, close_agents
 from .bwrap import BuildPlan, build_view, redact_hidden
 from .header_rule import HEADER_SUFFIXES, STD_HEADERS, check_header
 from .header_view import check_owned_headers
-from .symbols import check_module_objects, check_objects
 from .jail import TestJail, jail_for
 from .limits import BUILD_FILE_SIZE_MB, BUILD_MEMORY_MB, TEST_UID_BASE, TMP_SIZE_MB, XML_CAP, Limits, limit_reason
 from .probe import probe
 from .status import Status, describe
+from .symbols import check_module_objects, check_objects
 from .uid import LentTo, build_uid, lock_away, uid_prefix
 
 __all__ = ["AGENT_PYTHON", "Agent", "close_agents", "BuildPlan", "build_view", "redact_hidden",
-           "HEADER_SUFFIXES", "STD_HEADERS", "check_header", "check_owned_headers", "check_objects", "check_module_objects", "TestJail", "jail_for",
+           "HEADER_SUFFIXES", "STD_HEADERS", "check_header", "check_owned_headers",
+           "check_objects", "check_module_objects", "TestJail", "jail_for",
            "BUILD_FILE_SIZE_MB", "BUILD_MEMORY_MB", "TEST_UID_BASE", "TMP_SIZE_MB", "XML_CAP", "Limits",
            "limit_reason", "Status", "describe", "probe", "LentTo", "build_uid", "lock_away", "uid_prefix"]

@@ -214,7 +214,8 @@ def shape(tokens: list[Token], kit: Shape | None) -> Shape:
             out.problems.append((out.usings[u], f"`{u}` at global scope is not allowed (it changes which functions the "
                                     f"tests' unqualified calls find); put it inside {_where(kit)}"))
         if len(out.specializations) > len(kit.specializations):
-            out.problems.append((out.specializations[len(kit.specializations)], "an explicit specialization (`template <>`) at global scope is not allowed "
+            out.problems.append((out.specializations[len(kit.specializations)],
+                                 "an explicit specialization (`template <>`) at global scope is not allowed "
                                     "(it can replace a test or library template); specialize inside "
                                     f"{_where(kit)}"))
     return out

@@ -84,7 +84,10 @@ def preprocess(header: Path, compiler: str, flags: list[str], prefix: list[str],
 _MARKER = re.compile(r'# (\d+) "((?:[^"\\]|\\.)*)"((?: \d)*)$')
 
 
-def header_lines(output: str, header: Path) -> tuple[list[Token], list[tuple[int, str]], list[tuple[int, str, set[str]]]]:
+Include = tuple[int, str, set[str]]    # (line, path, line marker flags)
+
+
+def header_lines(output: str, header: Path) -> tuple[list[Token], list[tuple[int, str]], list[Include]]:
     """What the header itself contributes to preprocessor output: (its tokens, its directives
     left in the output (#define, #undef, #pragma), the files it includes directly (line, path,
     marker flags)). Line numbers are the header's own, from the line markers.
@@ -95,7 +98,7 @@ def header_lines(output: str, header: Path) -> tuple[list[Token], list[tuple[int
     stack = [False]                   # per open file: is it the header (entered from the main file)
     tokens: list[Token] = []
     kept: list[tuple[int, str]] = []
-    includes: list[tuple[int, str, set[str]]] = []
+    includes: list[Include] = []
     base, base_at = 1, 0              # the header's line at the output line base_at + 1
     pos, line, n = 0, 1, len(output)
 
