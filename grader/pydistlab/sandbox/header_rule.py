@@ -69,7 +69,8 @@ def check_header(name: str, text: str, kit_versions: list[str]) -> str:
         words = d.split(" ")
         if len(words) == 4 and words[:2] == ["include", "<"] and words[3] == ">" and words[2] in STD_HEADERS:
             continue
-        return (f"{name}:{no}: `#{d[:80]}` is not allowed in an owned header: the tests compile "
+        shown = "include " + "".join(words[1:]) if words[0] == "include" else d
+        return (f"{name}:{no}: `#{shown[:80]}` is not allowed in an owned header: the tests compile "
                 f"against this file, so it may add only `#include <standard header>` lines to the "
                 f"directives the kit's version has (no other #include, no #define, #undef, #if or #pragma)")
     for t in tokens:
