@@ -132,7 +132,7 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
         # 1. The submission's own translation units, where nothing secret can be read.
         needed = {m for n in present for m in (n, *man.prerequisites_closure(n))}
         per_module = {n: plan.objects_of(set(guard.untrusted.get(n, []))) for n in man.order if n in needed}
-        per_module = {n: objs for n, objs in per_module.items() if objs}
+        per_module = {n: objs for n, objs in per_module.items() if objs and n not in refused}
         together_ok = False
         if lend_to is None and len(per_module) > 1:
             # Every module's files in one ninja run (both cores busy); only when that fails is
@@ -184,7 +184,8 @@ def _build_modules(tb: ws.TreeBuild, build_dir: Path, cache: dict[str, str], nam
     say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
     if guard is not None and mode is Mode.SUBMISSION:   # no test runs with objects that replace the kit's
         refused.update(sandbox.check_module_objects((plan or sandbox.BuildPlan.read(tb.src, build_dir)).objects,
-                                                    build_dir, {n: guard.untrusted.get(n, []) for n in present}))
+                                                    build_dir, {n: guard.untrusted.get(n, []) for n in present
+                                                                if n not in failed}))
         failed.update(refused)
     if lend_to is not None and plan is not None and guard is not None:
         sandbox.lock_away(plan, ROOT, guard.hide)   # the new test programs too

@@ -13,16 +13,17 @@ from __future__ import annotations
 import os
 import random
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
 from pathlib import Path
 
-from test_grader import KIT, SOLUTION, GraderTestCase, _kit_snapshot
-
-from pydistlab.sandbox import check_header, cpp_tokens, header_view, symbols
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from pydistlab.sandbox import check_header, cpp_tokens, header_view, symbols  # noqa: E402
+from test_grader import KIT, SOLUTION, GraderTestCase, _kit_snapshot  # noqa: E402
 
 FIXTURE = HERE / "fixture_kit"
 KIT_DEP = (FIXTURE / "solutions/02_dep/dep.hpp").read_text()       # stub and reference are equal
@@ -116,7 +117,8 @@ class TestHeaderRule(unittest.TestCase):
             "proc include": ('#include "/proc/self/fd/1"\n', "dep.hpp:", "/proc/self/fd/1"),
             "device include": ('#include "/dev/zero"\n', "dep.hpp:", "/dev/zero"),
             "overload in the tests' namespace": (OVERLOAD, "dep.hpp:", "namespace `distlab::testing`"),
-            "gtest namespace": ("namespace testing::internal { inline int x = 1; }\n", "dep.hpp:", "`testing::internal`"),
+            "gtest namespace": ("namespace testing::internal { inline int x = 1; }\n", "dep.hpp:",
+                                "`testing::internal`"),
             "std": ("namespace std { inline int x = 1; }\n", "dep.hpp:", "namespace `std`"),
             "unnamed namespace": ("namespace {\nbool same(int, int) { return true; }\n}\n", "dep.hpp:", "unnamed"),
             "global overload": ("bool same(int, int);\n", "dep.hpp:", "`same` at global scope"),
@@ -260,7 +262,7 @@ class TestGradedAttacks(GraderTestCase):
                     for name in ("01_fix/add", "01_fix/twice"):
                         self.assertEqual(tests[name]["score"], 0, tests[name]["output"][:600])
                     self.assertIn("not gradable", tests["01_fix/add"]["output"])
-                    self.assertIn(f"exercises/01_fix/fix.cpp: the object " if "section" in reason
+                    self.assertIn("exercises/01_fix/fix.cpp: the object " if "section" in reason
                                   else "exercises/01_fix/fix.cpp: defines", tests["01_fix/add"]["output"])
                     self.assertIn(reason, tests["01_fix/add"]["output"])
 
