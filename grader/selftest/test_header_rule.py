@@ -86,7 +86,9 @@ class TestTokenizer(unittest.TestCase):
                 output, failed = header_view.preprocess(path, "c++", ["-std=gnu++20"], [], Path(d))
                 if failed:
                     continue
-                _, kept, _ = header_view.header_lines(output, path)
+                seen = header_view.header_lines(output, path)
+                assert seen is not None
+                _, kept, _ = seen
                 if any(k.startswith(("define", "undef")) for _, k in kept):
                     seen_defines += 1
                     self.assertNotEqual(check_header("dep.hpp", text, [KIT_DEP]), "", repr(text))
@@ -152,6 +154,8 @@ class TestHeaderRule(unittest.TestCase):
                                                                           "#pragma GCC visibility pop\n", "#pragma")):
             with self.subTest(text=text):
                 self.assertIn(word, compiler_view(KIT_DEP + text))
+        # Fail closed: output that never enters the header (a failed or empty run) is refused.
+        self.assertIn("does not show this header", header_view.judge("dep.hpp", "", Path("/x/dep.hpp"), [KIT_DEP]))
         for device in ("/proc/self/fd/1", "/dev/zero", "/dev/stdin", "/proc/self/fd/2"):
             with self.subTest(device=device):
                 t0 = time.monotonic()

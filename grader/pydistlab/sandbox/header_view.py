@@ -87,10 +87,11 @@ _MARKER = re.compile(r'# (\d+) "((?:[^"\\]|\\.)*)"((?: \d)*)$')
 Include = tuple[int, str, set[str]]    # (line, path, line marker flags)
 
 
-def header_lines(output: str, header: Path) -> tuple[list[Token], list[tuple[int, str]], list[Include]]:
+def header_lines(output: str, header: Path) -> tuple[list[Token], list[tuple[int, str]], list[Include]] | None:
     """What the header itself contributes to preprocessor output: (its tokens, its directives
     left in the output (#define, #undef, #pragma), the files it includes directly (line, path,
-    marker flags)). Line numbers are the header's own, from the line markers.
+    marker flags)), or None when the output never enters it. Line numbers are the header's own,
+    from the line markers.
 
     Outside the header (the built-ins, the standard and kit headers it includes: trusted text)
     only line markers are read, line by line; inside it the output is tokenized, so that a raw
@@ -101,15 +102,17 @@ def header_lines(output: str, header: Path) -> tuple[list[Token], list[tuple[int
     includes: list[Include] = []
     base, base_at = 1, 0              # the header's line at the output line base_at + 1
     pos, line, n = 0, 1, len(output)
+    entered = False
 
     def marker(m: re.Match[str], at: int) -> None:
-        nonlocal base, base_at
+        nonlocal base, base_at, entered
         name, flags = m.group(2), set(m.group(3).split())
         in_header = len(stack) == 2 and stack[-1]
         if "1" in flags:
             if in_header:
                 includes.append((base + at - base_at - 1, name, flags))
             stack.append(len(stack) == 1 and Path(name) == header)
+            entered = entered or stack[-1]
         elif "2" in flags and len(stack) > 1:
             stack.pop()
         if len(stack) == 2 and stack[-1]:
@@ -147,12 +150,15 @@ def header_lines(output: str, header: Path) -> tuple[list[Token], list[tuple[int
         else:
             pos = n
         flush(current)
-    return tokens, kept, includes
+    return (tokens, kept, includes) if entered else None
 
 
 def judge(name: str, output: str, header: Path, kit_texts: list[str]) -> str:
     """"" when what the header contributes to the compiler's output is allowed, else the reason."""
-    tokens, kept, includes = header_lines(output, header)
+    seen = header_lines(output, header)
+    if seen is None:     # fail closed: nothing of the header was judged
+        return f"{name}: the preprocessor's output does not show this header, so it cannot be checked"
+    tokens, kept, includes = seen
     allowed = {d for v in kit_texts for _, d in directives(tokenize(v))}
     for line, d in kept:
         if d not in allowed:
