@@ -133,12 +133,23 @@ class Passes(unittest.TestCase):
 
 
 class Strategies(unittest.TestCase):
-    def choose(self, status: str, mode: Mode) -> strategy.BuildStrategy:
+    def choose(self, status: str, mode: Mode, untrusted: dict[str, list[str]] | None = None) -> strategy.BuildStrategy:
         with tempfile.TemporaryDirectory() as tmp:
             tb = ws.TreeBuild(Path(tmp) / "src", Path(tmp) / "build", Path(tmp) / "build-tsan")
             tb.src.mkdir()
-            tree = plan.TreePlan("t", {}, [], {})
-            return strategy.choose(sandbox.Status(status), mode, tb, tb.build, tree)
+            tree = plan.TreePlan("t", {}, [], untrusted or {})
+            return strategy.choose(sandbox.Status(status), mode, tb, tb.build, tree, mf.load())
+
+    def test_only_a_submission_is_judged(self) -> None:
+        own = {"03_collectives": ["exercises/03_collectives/collectives.cpp"]}
+        sub = self.choose("bwrap", Mode.SUBMISSION, own)
+        assert isinstance(sub, strategy.Bubblewrap)
+        self.assertEqual(list(sub.judged), ["03_collectives"])
+        for mode in (Mode.STUDENT, Mode.SOLUTIONS):
+            other = self.choose("bwrap", mode, own)
+            assert isinstance(other, strategy.Bubblewrap)
+            self.assertEqual(other.judged, {})
+            self.assertEqual(other.check_sources("03_collectives", own["03_collectives"]), "")
 
     def test_each_status_gets_its_strategy(self) -> None:
         self.assertIs(type(self.choose("off", Mode.SUBMISSION)), strategy.NoSandbox)

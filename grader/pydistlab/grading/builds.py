@@ -46,9 +46,10 @@ def build_modules(b: BuildRun, names: list[str]) -> list[str]:
     ws.configure(b.tb, build_dir, b.pass_.cache, say)
     known = cmake.targets(build_dir)
     present = [n for n in names if f"module_{n}" in known]
-    how = strat.choose(b.status, b.mode, b.tb, build_dir, b.tree)
+    how = strat.choose(b.status, b.mode, b.tb, build_dir, b.tree, b.man)
     up_to_date = how.up_to_date(["distlab_dist"] + [target(n, known) for n in present])
     errors: dict[str, str] = {}      # module -> why its own files did not build
+    refused: dict[str, str] = {}     # module -> why its submitted files may not be built (strategy.py)
     if not up_to_date:
         # 1. The submission's own translation units, where nothing secret can be read.
         needed = {m for n in present for m in b.closure(n)}
@@ -59,14 +60,15 @@ def build_modules(b: BuildRun, names: list[str]) -> list[str]:
         for log in own.logs:
             b.warn(log)
         errors.update(own.errors)
+        refused.update(own.refused)
         # 2. Everything else (the kit's library, references, tests, hidden tests) and the links:
         # one ninja run for all modules (-k 0: keep going past a module's errors), so both cores
         # stay busy; then each module is built on its own to attribute errors.
-        errors.update(how.recompiled(_targets(b, present, errors, known), own.objects))
-    buildable = [n for n in present if not (b.closure(n) & errors.keys())]
+        errors.update(how.recompiled(_targets(b, present, errors | refused, known), own.objects))
+    buildable = [n for n in present if not (b.closure(n) & (errors.keys() | refused.keys()))]
     say(f"building {', '.join(buildable) or 'the kit library'}{label}")
     bulk = cmake.Result(True, "", 0.0) if up_to_date else \
-        cmake.build(build_dir, _targets(b, present, errors, known), keep_going=True,
+        cmake.build(build_dir, _targets(b, present, errors | refused, known), keep_going=True,
                     progress=say.status, prefix=how.trusted_prefix)
     say(f"built in {bulk.seconds:.1f} s" + ("" if bulk.ok else " (with errors)"))
     how.after_trusted()
@@ -77,7 +79,7 @@ def build_modules(b: BuildRun, names: list[str]) -> list[str]:
         if not r.ok:
             raise DistlabError(f"the kit itself does not build in {rel(build_dir)} (target distlab_dist); "
                                f"this is not caused by a submission:\n{b.tb.first_errors(r.output)}")
-    return _attribute(b, how, names, present, known, errors, bulk.ok)
+    return _attribute(b, how, names, present, known, errors, refused, bulk.ok)
 
 
 def _targets(b: BuildRun, present: list[str], failed: dict[str, str], known: set[str]) -> list[str]:
@@ -85,11 +87,11 @@ def _targets(b: BuildRun, present: list[str], failed: dict[str, str], known: set
 
 
 def _attribute(b: BuildRun, how: strat.BuildStrategy, names: list[str], present: list[str],
-               known: set[str], errors: dict[str, str], all_built: bool) -> list[str]:
+               known: set[str], errors: dict[str, str], refused: dict[str, str], all_built: bool) -> list[str]:
     """Which modules built, and for each one that did not, why (in results: its status and
     message, or a note for a re-run pass). Modules are taken in `names` order, so a module's
     prerequisites are settled before it."""
-    failed = set(errors)
+    failed = set(errors) | set(refused)
     rerun = b.pass_.rerun
     built: list[str] = []
     for n in names:
@@ -102,7 +104,9 @@ def _attribute(b: BuildRun, how: strat.BuildStrategy, names: list[str], present:
                 res.message = (f"module {n} is not part of this kit's build (no exercises/{n}/CMakeLists.txt "
                                f"or no test target)")
             continue
-        if n in errors:
+        if n in refused:
+            why = refused[n]
+        elif n in errors:
             why = f"does not compile; the first errors:\n{errors[n]}"
         elif b.mode is Mode.STUDENT and blockers and not rerun:
             res.status = "blocked"

@@ -106,9 +106,9 @@ def _overlay(assignment: dict[str, str], man: mf.Manifest, mode: Mode,
 
 def _refuse_headers(assignment: dict[str, str], man: mf.Manifest, overlay: dict[str, bytes],
                     graded: list[str], results: dict[str, ModuleResult]) -> list[str]:
-    """Owned headers are compiled into the tests: a submitted one that could read files or
-    redefine the tests' macros (sandbox.check_owned_headers, against the kit's stub and
-    reference) is refused, and that module's stub header is built instead; the module, and those
+    """Owned headers are compiled into the tests: a submitted one whose directives go beyond the
+    kit's stub and reference (sandbox.check_header: the cheap first gate; the compiler's view is
+    judged at build time, strategy.py) is refused, and that module's stub header is built instead; the module, and those
     graded on top of it, are not gradable. (Student mode grades the student's own checkout, where
     the stub is the student's file: nothing to compare with.) Returns the modules still graded."""
     refused: dict[str, str] = {}
@@ -116,7 +116,9 @@ def _refuse_headers(assignment: dict[str, str], man: mf.Manifest, overlay: dict[
         mod = man.modules.get(name)
         if mod is None or role != "sub":
             continue
-        problem = sandbox.check_owned_headers(mod, {o: overlay[o] for o in mod.owned if o in overlay}, ROOT)
+        problem = next((p for o in mod.owned if o.endswith(sandbox.HEADER_SUFFIXES) and o in overlay
+                        for p in [sandbox.check_header(o, overlay[o].decode("utf-8", "replace"),
+                                                       sandbox.kit_versions(o, name, ROOT))] if p), "")
         if problem:
             refused[name] = problem
             for o in mod.owned:

@@ -13,15 +13,17 @@ own sources, and never compile an untrusted source again.
   TrustedOnly      the solutions without bubblewrap: every file is the kit's own, one plain build.
 
 compile_untrusted() is the single place where untrusted files are compiled: per module, its
-sources pass check_sources() first and its objects pass check_objects() after (hooks for checks of
-what a submission compiled; both accept everything here).
+owned headers pass check_sources() first (judged on the compiler's view: sandbox.header_view) and
+its objects pass check_objects() after (no symbol that replaces the tests', GoogleTest's, the kit's
+or the runtime's, no initialiser that runs before the kit's: sandbox.symbols), when a submission is
+graded (a student's own checkout and the reference are not judged). A refused module is not built.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import cmake, sandbox, workspace as ws
+from .. import cmake, manifest as mf, sandbox, workspace as ws
 from ..paths import ROOT
 from ..results import Mode
 from .plan import TreePlan
@@ -32,6 +34,7 @@ class Untrusted:
     """What the untrusted compile did."""
     objects: dict[str, list[str]] = field(default_factory=dict)   # module -> its untrusted objects
     errors: dict[str, str] = field(default_factory=dict)          # module -> why it did not compile
+    refused: dict[str, str] = field(default_factory=dict)         # module -> why it may not be built
     seconds: dict[str, float] = field(default_factory=dict)       # module -> its own compile time
     logs: list[str] = field(default_factory=list)                 # build outputs (for warnings)
 
@@ -84,9 +87,22 @@ class Sandboxed(BuildStrategy):
     untrusted_prefix: list[str] = []
     compile_together = False   # one ninja run for every module's files (both cores busy)
 
-    def __init__(self, tb: ws.TreeBuild, build_dir: Path, tree: TreePlan, plan: sandbox.BuildPlan) -> None:
+    def __init__(self, tb: ws.TreeBuild, build_dir: Path, tree: TreePlan, plan: sandbox.BuildPlan,
+                 judged: dict[str, mf.Module] | None = None) -> None:
         super().__init__(tb, build_dir, tree)
         self.plan = plan
+        self.judged = judged or {}   # the modules whose submitted files the rules judge
+
+    def check_sources(self, module: str, sources: list[str]) -> str:
+        if module not in self.judged:
+            return ""
+        return sandbox.check_owned_headers(self.plan, [self.judged[module]], self.untrusted_prefix,
+                                           ROOT).get(module, "")
+
+    def check_objects(self, module: str, objects: list[str]) -> str:
+        if module not in self.judged:
+            return ""
+        return sandbox.check_objects(self.build_dir, {o: self.plan.objects[o] for o in objects})
 
     def up_to_date(self, targets: list[str]) -> bool:
         # A re-grade of unchanged files: ninja -n (which runs nothing) says there is nothing to
@@ -103,8 +119,8 @@ class Sandboxed(BuildStrategy):
         for n in done.objects:
             problem = self.check_sources(n, self.tree.untrusted[n])
             if problem:
-                done.errors[n] = problem
-        todo = {n: objs for n, objs in done.objects.items() if n not in done.errors}
+                done.refused[n] = problem
+        todo = {n: objs for n, objs in done.objects.items() if n not in done.refused}
         together_ok = False
         if self.compile_together and len(todo) > 1:
             # Only when this fails is each module built on its own (what compiled is up to date),
@@ -125,7 +141,7 @@ class Sandboxed(BuildStrategy):
                     continue
             problem = self.check_objects(n, objs)
             if problem:
-                done.errors[n] = problem
+                done.refused[n] = problem
         return done
 
     def _compile(self, module: str, objects: list[str]) -> cmake.Result:
@@ -149,8 +165,9 @@ class Bubblewrap(Sandboxed):
     stops_dependents = True
     compile_together = True
 
-    def __init__(self, tb: ws.TreeBuild, build_dir: Path, tree: TreePlan, plan: sandbox.BuildPlan) -> None:
-        super().__init__(tb, build_dir, tree, plan)
+    def __init__(self, tb: ws.TreeBuild, build_dir: Path, tree: TreePlan, plan: sandbox.BuildPlan,
+                 judged: dict[str, mf.Module] | None = None) -> None:
+        super().__init__(tb, build_dir, tree, plan, judged)
         decoy = tb.src.parent / "empty"
         decoy.write_bytes(b"")
         self.untrusted_prefix = sandbox.build_view(plan, untrusted=True, hide_sources=tree.hide, decoy=decoy)
@@ -159,8 +176,8 @@ class Bubblewrap(Sandboxed):
 
 class UnprivilegedUid(Sandboxed):
     def __init__(self, tb: ws.TreeBuild, build_dir: Path, tree: TreePlan, plan: sandbox.BuildPlan,
-                 uid: int) -> None:
-        super().__init__(tb, build_dir, tree, plan)
+                 uid: int, judged: dict[str, mf.Module] | None = None) -> None:
+        super().__init__(tb, build_dir, tree, plan, judged)
         self.uid = uid
         sandbox.lock_away(plan, ROOT, tree.hide)
         self.untrusted_prefix = sandbox.uid_prefix(uid)
@@ -177,15 +194,18 @@ class UnprivilegedUid(Sandboxed):
 
 
 def choose(status: sandbox.Status, mode: Mode, tb: ws.TreeBuild, build_dir: Path,
-           tree: TreePlan) -> BuildStrategy:
-    """The strategy for one build of the tree (configured already: it reads the build's plan)."""
+           tree: TreePlan, man: mf.Manifest) -> BuildStrategy:
+    """The strategy for one build of the tree (configured already: it reads the build's plan).
+    A submission's modules are judged (check_sources, check_objects); a student's own checkout
+    and the reference are not."""
+    judged = {n: man.modules[n] for n in tree.untrusted if n in man.modules} if mode is Mode.SUBMISSION else {}
     if mode is Mode.SOLUTIONS and not status.isolated:
         return TrustedOnly(tb, build_dir, tree)
     if status.isolated:
-        return Bubblewrap(tb, build_dir, tree, sandbox.BuildPlan.read(tb.src, build_dir))
+        return Bubblewrap(tb, build_dir, tree, sandbox.BuildPlan.read(tb.src, build_dir), judged)
     if status.limited:
         plan = sandbox.BuildPlan.read(tb.src, build_dir)
         uid = sandbox.build_uid(plan, status)
         if uid is not None:
-            return UnprivilegedUid(tb, build_dir, tree, plan, uid)
+            return UnprivilegedUid(tb, build_dir, tree, plan, uid, judged)
     return NoSandbox(tb, build_dir, tree)

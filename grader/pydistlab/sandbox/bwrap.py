@@ -49,6 +49,7 @@ class BuildPlan:
     src: Path
     build: Path
     objects: dict[str, str] = field(default_factory=dict)   # object (relative to build) -> source
+    commands: dict[str, str] = field(default_factory=dict)  # source (relative to src) -> its compile command
 
     @staticmethod
     def read(src: Path, build: Path) -> BuildPlan:
@@ -65,6 +66,7 @@ class BuildPlan:
             if out.endswith(".o") and not out.startswith("/"):
                 try:
                     plan.objects[out] = source.relative_to(src.resolve()).as_posix()
+                    plan.commands.setdefault(plan.objects[out], e.get("command", ""))
                 except ValueError:
                     continue
         return plan

@@ -1,3 +1,4 @@
 #include <gtest/gtest.h>
 #include "dep.hpp"
-TEST(Dep, Quadruple) { EXPECT_EQ(quadruple(3), 12); }
+#include "testing.hpp"
+TEST(Dep, Quadruple) { EXPECT_TRUE(distlab::testing::same(quadruple(3), 12)); }

@@ -1,0 +1,142 @@
+"""What the submission's own object files may define: nothing that replaces a part of the test
+program at link time, and no code that runs before the kit's own initialisers.
+
+The objects compiled from a submission's files are linked into trusted test programs, beside the
+tests, GoogleTest, the kit's library and the C and C++ runtimes. A definition there wins over (or
+clashes with) the one those parts rely on: symbol interposition. So, read with binutils (`nm`,
+`readelf`) after the untrusted compile, an object may not define
+
+  - a strong global symbol in a namespace the tests, GoogleTest, the kit's libraries or the
+    standard library own (`testing::`, `distlab::` (its support library and `distlab::testing`),
+    `dist::`, `std::`, `__gnu_cxx::`,
+    `__cxxabiv1::`): a strong definition replaces the test's or library's inline or weak copy;
+  - a weak symbol in `testing::` or `distlab::testing::` (an inline test helper of its own);
+  - a C-level symbol that is `main`, a reserved name (`_x`, `__x`) or one the C/C++ runtime
+    defines (`write`, `fopen`, `exit`, ...): it would replace the library's for the whole program;
+
+nor hold sections that run before ordinary static initialisers: `.preinit_array`, prioritized
+`.init_array.NNNNN` / `.ctors.NNNNN` (and their `fini`/`dtors` twins); in a sanitizer build
+(an object that calls `__tsan_init` or `__asan_init`) the sanitizer's own priority 99 is allowed.
+
+Weak definitions in `std::` and `dist::` are allowed: every object that uses a template or an
+inline function of those headers has them.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+
+STRONG_FORBIDDEN = ("testing::", "distlab::", "dist::", "std::", "__gnu_cxx::", "__cxxabiv1::")
+WEAK_FORBIDDEN = ("testing::", "distlab::testing::")
+EARLY_SECTION = re.compile(r"\.(preinit_array|(init_array|fini_array|ctors|dtors)\.\d+)$")
+SANITIZER_SECTION = re.compile(r"\.(init_array|fini_array)\.00099$")
+RUNTIMES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1")
+_SPECIAL = re.compile(r"^(vtable for |typeinfo for |typeinfo name for |VTT for |construction vtable for |"
+                      r"guard variable for |TLS init function for |TLS wrapper function for |"
+                      r"non-virtual thunk to |virtual thunk to |covariant return thunk to |"
+                      r"transaction clone for |reference temporary #\d+ for )+")
+_OPERATOR = re.compile(r"operator(<=>|<<=|>>=|<<|>>|<=|>=|->\*|->|<|>|\(\)|\[\])")
+
+
+def _run(argv: list[str], data: str | None = None) -> str:
+    r = subprocess.run(argv, input=data, capture_output=True, text=True, errors="replace",
+                       stdin=None if data is not None else subprocess.DEVNULL)
+    return r.stdout if r.returncode == 0 else ""
+
+
+@cache
+def runtime_symbols() -> frozenset[str]:
+    """The C-level names the C and C++ runtimes define (dynamic symbols, versions dropped)."""
+    names: set[str] = set()
+    for lib in RUNTIMES:
+        path = _run(["c++", f"-print-file-name={lib}"]).strip()
+        if path and Path(path).is_file():
+            for line in _run(["nm", "-D", "--defined-only", "-P", path]).splitlines():
+                names.add(line.split(" ", 1)[0].split("@", 1)[0])
+    return frozenset(names)
+
+
+def qualified_name(demangled: str) -> str:
+    """The qualified name a demangled symbol defines (return type, parameters and special
+    prefixes left out): "bool testing::internal::F<int>(int)" -> "testing::internal::F<int>"."""
+    s = _OPERATOR.sub("operator@", _SPECIAL.sub("", demangled)).replace("[abi:cxx11]", "")
+    depth, cut, last_space = 0, len(s), -1
+    for i, c in enumerate(s):
+        if c in "<([":
+            if c == "(" and depth == 0:
+                cut = i
+                break
+            depth += 1
+        elif c in ">)]":
+            depth -= 1
+        elif c == " " and depth == 0:
+            last_space = i
+    return s[last_space + 1:cut].strip()
+
+
+def symbols(obj: Path) -> list[tuple[str, str, str]]:
+    """(nm type, mangled name, qualified name) of each global or weak symbol obj defines."""
+    rows = []
+    for line in _run(["nm", "--defined-only", "-P", str(obj)]).splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and (parts[1].isupper() or parts[1] in "uvwi"):
+            rows.append((parts[1], parts[0]))
+    demangled = _run(["c++filt"], "\n".join(m for _, m in rows) + "\n").splitlines() if rows else []
+    if len(demangled) != len(rows):
+        demangled = [m for _, m in rows]
+    return [(t, m, qualified_name(d)) for (t, m), d in zip(rows, demangled)]
+
+
+def sections(obj: Path) -> list[str]:
+    return re.findall(r"^\s*\[\s*\d+\]\s+(\S+)", _run(["readelf", "-SW", str(obj)]), re.M)
+
+
+def object_problem(obj: Path, source: str) -> str:
+    """"" when obj (compiled from the submitted file source) may be linked into the tests."""
+    if not obj.is_file():
+        return ""
+    # A sanitizer's own constructor (ThreadSanitizer, AddressSanitizer builds) runs at priority 99.
+    sanitized = re.search(r"^(__tsan_init|__asan_init)", _run(["nm", "-u", "-P", str(obj)]), re.M) is not None
+    for name in sections(obj):
+        if EARLY_SECTION.match(name) and not (sanitized and SANITIZER_SECTION.match(name)):
+            return (f"{source}: the object holds the section `{name}`: code that runs before the kit's "
+                    f"own initialisers (`__attribute__((constructor(N)))`, `init_priority`) is not allowed")
+    runtime = runtime_symbols()
+    for kind, mangled, name in symbols(obj):
+        weak = kind in "WwVvu"             # u: GNU unique (an inline variable, a static in an inline function)
+        if not mangled.startswith("_Z"):
+            if (mangled == "main" or mangled.startswith("_") or mangled in runtime) and \
+                    not (sanitized and mangled.startswith("__odr_asan")):
+                return (f"{source}: defines the C-level symbol `{mangled}`, which the test program takes from "
+                        f"GoogleTest or the C/C++ runtime: it would replace theirs for the whole program "
+                        f"(make it `static` or put it in your module's namespace)")
+            continue
+        scope = name.lstrip(":")
+        if scope.startswith(WEAK_FORBIDDEN if weak else STRONG_FORBIDDEN):
+            return (f"{source}: defines `{name}` ({'weak' if weak else 'strong'} symbol `{mangled}`): a "
+                    f"submission may not define anything in `{scope.split('::')[0]}::`; at link time it "
+                    f"would replace the copy the tests, GoogleTest or the kit's library use")
+    return ""
+
+
+def check_objects(build: Path, objects: dict[str, str]) -> str:
+    """The first problem of the objects (build-relative path -> src-relative source), or ""."""
+    for obj, source in sorted(objects.items()):
+        problem = object_problem(build / obj, source)
+        if problem:
+            return problem
+    return ""
+
+
+def check_module_objects(plan_objects: dict[str, str], build: Path, sources: dict[str, list[str]]) -> dict[str, str]:
+    """module -> why its objects may not be linked into the tests, for each module whose
+    submitted sources (src-relative) compiled to objects with a problem. plan_objects: the
+    build's objects (build-relative) -> their sources (BuildPlan.objects)."""
+    refused: dict[str, str] = {}
+    for module, files in sources.items():
+        problem = check_objects(build, {o: s for o, s in plan_objects.items() if s in files})
+        if problem:
+            refused[module] = problem
+    return refused
