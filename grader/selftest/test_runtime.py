@@ -128,13 +128,14 @@ const int forged = forge();
 
     def test_a_main_of_its_own_does_not_link(self) -> None:
         # A submitted main() would take the kit's place (and read the control line on stdin): the
+        # object rule refuses it before the link (sandbox/symbols.py); were it let through, the
         # kit's test main is an object that is always linked, so a second main is a link error.
         body = ("int add(int a, int b) { return a + b; }\nint twice(int a) { return 2 * a; }\n"
                 "int main() { return 0; }\n")
         tests = self.attack(body)
         for name in ("01_fix/add", "01_fix/twice", "01_fix/add_large"):
             self.assertEqual(tests[name]["score"], 0)
-            self.assertIn("does not compile", tests[name]["output"])
+            self.assertIn("defines the C-level symbol `main`", tests[name]["output"])
 
     def test_nothing_passes_from_one_test_or_grade_to_the_next(self) -> None:
         # Each item first looks for what an earlier one left (a key in the uid's and the session
