@@ -2,7 +2,7 @@
 # Gradescope image setup: runs once, as root, in /autograder/source (the unpacked autograder zip).
 # Installs the kit's packages (bubblewrap, the grading sandbox, included) and pre-builds the grading
 # tree so each submission only compiles its own files; then locks away what no submission may read.
-# Needs Python 3.11+ (Ubuntu 24.04 or Debian 12 base image).
+# Needs Python 3.10+ (Ubuntu 22.04 or 24.04, or Debian 12 base image; on 3.10 ./distlab installs python3-tomli).
 # AUTOGRADER_ROOT (default /autograder) lets the same script be tried outside Gradescope.
 set -euo pipefail
 AG="${AUTOGRADER_ROOT:-/autograder}"

@@ -14,10 +14,10 @@ Function names match ignoring case and underscores, and a method may be named wi
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .compat import tomllib
 from .errors import DistlabError
 from .paths import ROOT, rel
 

@@ -3,11 +3,11 @@ hidden items in grader/hidden/<module>/items.toml, which are loaded when present
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .compat import tomllib
 from .errors import DistlabError
 from .paths import MANIFEST
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from . import manifest as mf
 
 
-class Mode(enum.StrEnum):
-    """Whose code is graded (grade.py's docstring says what each mode does)."""
+class Mode(str, enum.Enum):
+    """Whose code is graded (grade.py's docstring says what each mode does). A str: it prints and
+    formats as its value (enum.StrEnum's behaviour, which Python 3.10 lacks)."""
     STUDENT = "student"          # this checkout's exercises/ (the default)
     SOLUTIONS = "solutions"      # the reference solutions (--solutions)
     SUBMISSION = "submission"    # a folder or .zip of student files (--submission, --submissions)
@@ -20,6 +21,12 @@ class Mode(enum.StrEnum):
     def tree_id(self) -> str:
         """The clean copy under build/grade/ that this mode grades in."""
         return "exercises" if self is Mode.STUDENT else self.value
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
 
 @dataclass

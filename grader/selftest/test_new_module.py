@@ -14,7 +14,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:   # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 import unittest
 from pathlib import Path
 

@@ -27,6 +27,9 @@ Steps (each counts its checks):
   lint       ruff (settings in ruff.toml) on grader/ and the distlab script; ruff is taken from
              PATH or installed with pip into build/tools/ruff, and the step is skipped, saying
              why, where neither works
+  py310      where a Python 3.10 is installed (python3.10, or pyenv's): ./distlab --help and the
+             grader's unit tests that need no build, plus two grades of the miniature kit, under it
+             (tomli from pip in build/tools/py310; commands/selftest_python.py)
 """
 from __future__ import annotations
 
@@ -44,12 +47,12 @@ from .. import deps, doc_commands, grade, manifest as mf
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
-from . import cxxformat, golden, release, stubs
+from . import cxxformat, golden, release, selftest_python, stubs
 from .selftest_build import step_build, step_nccl, step_tsan
 from .tally import Tally
 
 STEPS = ["build", "commands", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "mutants",
-         "lint", "format"]
+         "lint", "py310", "format"]
 RUFF = "ruff==0.17.6"   # installed by the lint step when no ruff is on PATH
 
 
@@ -242,18 +245,8 @@ def _ruff() -> tuple[list[str], str]:
     if on_path:
         return [on_path], ""
     target = BUILD / "tools" / "ruff"
-    local = target / "bin" / "ruff"
-    if not local.is_file():
-        print(f"    installing {RUFF} into {target.relative_to(ROOT)} (pip)", flush=True)
-        try:
-            r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                                "--target", str(target), RUFF], capture_output=True, text=True, timeout=600,
-                               stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return [], f"pip could not run ({e})"
-        if r.returncode != 0 or not local.is_file():
-            return [], f"`pip install {RUFF}` failed: {(r.stderr or r.stdout).strip()[-300:]}"
-    return [str(local)], ""
+    why = selftest_python.pip_install(RUFF, target, target / "bin" / "ruff")
+    return ([], why) if why else ([str(target / "bin" / "ruff")], "")
 
 
 def step_lint(t: Tally) -> None:
@@ -309,7 +302,7 @@ def main(a: argparse.Namespace) -> int:
              "solutions": step_solutions,
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
              "selftest": step_selftest, "mutants": step_mutants, "lint": step_lint,
-             "format": step_format}
+             "py310": selftest_python.step_py310, "format": step_format}
     times: list[tuple[str, float, float]] = []   # (step, wall s, CPU s of this process and its children)
     for name in STEPS:
         if name not in only:
