@@ -1,5 +1,6 @@
 // Hidden tests of 08_parameter_server: the public properties on other sizes and models (more
-// workers, every server count with uneven shards, ReLU, other networks, other bounds).
+// workers, every server count with uneven shards, ReLU, other networks, other bounds), and the
+// reduction cost that the server's dist::reduce_into charges.
 #include <gtest/gtest.h>
 
 #include "ps_harness.hpp"
@@ -93,6 +94,30 @@ TEST(HiddenSimulatedTime, OtherNetworksAndSizes) {
         EXPECT_NEAR(got, want, 0.01 * want)
             << sync_name(workers, servers) << ", latency " << latency;
       }
+    }
+  }
+}
+
+TEST(HiddenSimulatedTime, ServerChargesTheReductions) {
+  // ps.hpp: the server sums the workers' parts with dist::reduce_into, which charges each
+  // reduction (4 |shard| bytes / reduce_Bps) to its clock. With free communication the step is
+  // those reductions alone: w of them in the reference; at least w - 1 for any sum of w parts.
+  dist::NetworkModel net;
+  net.latency_s = 0;
+  net.bandwidth_Bps = 1e30;
+  net.reduce_Bps = 1e9;
+  const std::size_t n = 12000;  // divisible by 1, 2, 3: equal shards
+  for (int servers : {1, 2, 3}) {
+    for (int workers : {2, 3, 8}) {
+      const double one = 4.0 * static_cast<double>(n / static_cast<std::size_t>(servers)) /
+                         net.reduce_Bps;  // one reduction of a shard
+      const double got = ps::measure_server_step(workers, servers, n, net);
+      EXPECT_GE(got, 0.99 * (workers - 1) * one)
+          << sync_name(workers, servers) << ", free communication, gamma = 1/" << net.reduce_Bps
+          << " s/B: the step took " << got * 1e6 << " us, less than the " << workers - 1
+          << " reductions of a shard that summing " << workers << " parts needs ("
+          << (workers - 1) * one * 1e6 << " us): sum the parts with dist::reduce_into, which "
+          << "charges the reduction to the simulated clock";
     }
   }
 }

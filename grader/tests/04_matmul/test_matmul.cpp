@@ -168,9 +168,13 @@ TEST(PackRowBlocks, LayoutAndPadding) {
     ASSERT_EQ(back.cols(), cols);
     EXPECT_TRUE(back == M) << "unpack_row_blocks(pack) did not give the matrix back";
   }
-  const std::vector<float> wrong(10);
-  EXPECT_THROW(matmul::unpack_row_blocks(wrong, 7, 3, 3), std::invalid_argument)
-      << "a buffer of the wrong size must be rejected";
+  // 7 split in 3 parts: chunks of 3 (padded), so the buffer holds 3 * 3 * 3 = 27 floats; one
+  // float fewer or more is the wrong size (a longer buffer is rejected too, not read in part)
+  for (std::size_t size : {std::size_t{10}, std::size_t{26}, std::size_t{28}, std::size_t{54}}) {
+    const std::vector<float> wrong(size);
+    EXPECT_THROW(matmul::unpack_row_blocks(wrong, 7, 3, 3), std::invalid_argument)
+        << "a buffer of " << size << " floats (27 expected) must be rejected";
+  }
 }
 
 TEST(PackColBlocks, LayoutAndPadding) {
@@ -187,9 +191,13 @@ TEST(PackColBlocks, LayoutAndPadding) {
     ASSERT_EQ(back.cols(), cols);
     EXPECT_TRUE(back == M) << "unpack_col_blocks(pack) did not give the matrix back";
   }
-  const std::vector<float> wrong(10);
-  EXPECT_THROW(matmul::unpack_col_blocks(wrong, 3, 7, 3), std::invalid_argument)
-      << "a buffer of the wrong size must be rejected";
+  // 7 split in 3 parts: chunks of 3 (padded), so the buffer holds 3 * 3 * 3 = 27 floats; one
+  // float fewer or more is the wrong size (a longer buffer is rejected too, not read in part)
+  for (std::size_t size : {std::size_t{10}, std::size_t{26}, std::size_t{28}, std::size_t{54}}) {
+    const std::vector<float> wrong(size);
+    EXPECT_THROW(matmul::unpack_col_blocks(wrong, 3, 7, 3), std::invalid_argument)
+        << "a buffer of " << size << " floats (27 expected) must be rejected";
+  }
 }
 
 // ---- Task 3: values (exact, small-integer inputs), world sizes 1..8 ------------------------------
