@@ -139,21 +139,30 @@ const int forged = forge();
 
     def test_nothing_passes_from_one_test_or_grade_to_the_next(self) -> None:
         # Each item first looks for what an earlier one left (a key in the uid's and the session
-        # keyring, a SysV shared memory segment, a POSIX message queue), then leaves them itself.
+        # keyring, a SysV shared memory segment, a POSIX message queue, files in the world-writable
+        # folders), then leaves them itself.
         # One worker: every item runs as the same uid; two grades in a row.
         def body(mqueue: bool) -> str:
             return ("#include <fcntl.h>\n#include <mqueue.h>\n#include <sys/ipc.h>\n#include <sys/shm.h>\n"
-                    "#include <sys/syscall.h>\n#include <unistd.h>\n#include <string>\n"
+                    "#include <sys/stat.h>\n#include <sys/syscall.h>\n#include <unistd.h>\n#include <string>\n"
                     "static std::string leftovers() {\n  std::string seen;\n"
                     '  if (syscall(SYS_keyctl, 10, -4, "user", "distlab-leak", 0) >= 0) seen += "a key in @u; ";\n'
                     '  if (syscall(SYS_keyctl, 10, -3, "user", "distlab-leak", 0) >= 0) seen += "a key in @s; ";\n'
-                    '  if (shmget(0x5eed, 0, 0) >= 0) seen += "SysV shared memory; ";\n' +
+                    '  if (shmget(0x5eed, 0, 0) >= 0) seen += "SysV shared memory; ";\n'
+                    '  for (const char* f : {"/tmp/distlab-leak", "/var/tmp/distlab-leak", "/dev/shm/distlab-leak",\n'
+                    '                        "/run/lock/distlab-leak", "/tmp/distlab-leak-dir/f"})\n'
+                    '    if (access(f, F_OK) == 0) seen += std::string("a file ") + f + "; ";\n' +
                     ('  mqd_t q = mq_open("/distlab-leak", O_RDONLY);\n'
                      '  if (q != (mqd_t)-1) { seen += "a message queue; "; mq_close(q); }\n' if mqueue else "") +
                     "  return seen;\n}\nstatic void leave() {\n"
                     '  syscall(SYS_add_key, "user", "distlab-leak", "x", 1, -4);\n'
                     '  syscall(SYS_add_key, "user", "distlab-leak", "x", 1, -3);\n'
-                    '  if (shmget(0x5eed, 4096, IPC_CREAT | 0666) < 0) throw std::runtime_error("shmget");\n' +
+                    '  if (shmget(0x5eed, 4096, IPC_CREAT | 0666) < 0) throw std::runtime_error("shmget");\n'
+                    '  for (const char* f : {"/tmp/distlab-leak", "/var/tmp/distlab-leak", "/dev/shm/distlab-leak",\n'
+                    '                        "/run/lock/distlab-leak"})\n'
+                    '    if (int fd = open(f, O_CREAT | O_WRONLY, 0644); fd >= 0) close(fd);   // where it may\n'
+                    '  mkdir("/tmp/distlab-leak-dir", 0755);\n'
+                    '  if (int fd = open("/tmp/distlab-leak-dir/f", O_CREAT | O_WRONLY, 0644); fd >= 0) close(fd);\n' +
                     ('  mqd_t q = mq_open("/distlab-leak", O_CREAT | O_RDONLY, 0666, nullptr);\n'
                      '  if (q != (mqd_t)-1) mq_close(q);\n' if mqueue else "") +
                     "}\nstatic int check() {\n  std::string s = leftovers();\n"

@@ -5,7 +5,9 @@ or a later grade running as the same uid).
 CLEAN_AS_UID is Python source run as the test's uid once no process of that uid is left (so none
 can stop it): by the agent (sandbox/agent.py, which embeds it: the agent cannot import this
 package) and, without namespaces, by sweep_uid() through setpriv. It clears the uid's user, user
-session and persistent keyrings and removes the uid's SysV IPC objects and message queues. With
+session and persistent keyrings, removes the uid's SysV IPC objects and message queues, and the
+files and folders it owns at the top of the world-writable folders (/tmp, /var/tmp, /dev/shm,
+/run/lock: without namespaces they are the host's). With
 the agent each test also gets an IPC namespace and a session keyring of its own; the clearing
 covers the keyrings that belong to the uid itself.
 """
@@ -59,7 +61,33 @@ def clean_as_uid():
                 os.unlink(path)
     except OSError:
         pass
+    import shutil
+    seen = set()
+    for shared in SHARED_FOLDERS:                       # the folders every uid may write
+        real = os.path.realpath(shared)
+        if real in seen or not os.path.isdir(real):
+            continue
+        seen.add(real)
+        for name in os.listdir(real):
+            path = os.path.join(real, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if st.st_uid != me:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
 '''
+#: World-writable folders whose entries a test's uid may leave for a later test or grade (without
+#: namespaces they are the host's; with bubblewrap /tmp is private and the others are not mounted).
+SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/lock", "/var/lock")
+CLEAN_AS_UID = CLEAN_AS_UID.replace("SHARED_FOLDERS", repr(SHARED_FOLDERS))
 
 def processes_of(uid: int, proc: Path = Path("/proc")) -> list[int]:
     """The live processes of this pid namespace that run as uid (any of their uids; zombies, which
