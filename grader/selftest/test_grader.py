@@ -327,6 +327,35 @@ class TestSandbox(GraderTestCase):
                 self.assertRegex(out, "No such file or directory|file not found|can't open|Permission denied")
                 self.assertNotIn("FixHidden", out)
 
+    def test_a_later_submission_cannot_read_what_an_earlier_one_compiled(self) -> None:
+        # The workspace is reused from one submission to the next (a batch grades them in turn): a
+        # victim's 02_dep is compiled there, then a submission of 01_fix .incbin's the victim's
+        # object (and its library) from the same build folder and prints it.
+        secret = "VICTIM-SECRET-5d1e"
+        victim = dict(SOLUTION)
+        victim["exercises/02_dep/dep.cpp"] += f'const char* victim_note = "{secret}";\n'
+        for mode in self.MODES:
+            with self.subTest(f"--sandbox {mode}"):
+                self.grade({k: v for k, v in victim.items() if k.startswith("exercises/02_dep/")},
+                           "--sandbox", mode, modules=("02_dep",))
+                build = KIT / "build/grade/submission/build"
+                stolen = sorted(build.rglob("dep.cpp.o")) + sorted(build.rglob("libdistlab_02_dep.a"))
+                self.assertTrue(stolen, "the victim's object is where the attack looks for it")
+                steal = "".join(f'asm(".section .rodata\\n.global stolen{i}\\nstolen{i}:\\n.incbin \\"{s}\\"'
+                                f'\\n.byte 0\\n.previous");\nextern "C" const char stolen{i}[];\n'
+                                for i, s in enumerate(stolen))
+                body = ("#include <cstring>\n#include <string>\n" + steal +
+                        "static std::string found() {\n  std::string all;\n" +
+                        "".join(f"  all.append(stolen{i}, 4096);\n" for i in range(len(stolen))) +
+                        f'  return all.find("{secret}") != std::string::npos ? "{secret}" : "";\n}}\n'
+                        "int add(int a, int b) {\n  std::string s = found();\n"
+                        '  if (!s.empty()) throw std::runtime_error("stolen: " + s);\n  return a + b;\n}\n'
+                        "int twice(int a) { return 2 * a; }\n")
+                tests = self.attack(body, "--sandbox", mode)
+                for name in ("01_fix/add", "01_fix/twice", "01_fix/add_large"):
+                    self.assertNotIn(secret, tests[name]["output"], tests[name]["output"][:400])
+                self.assertEqual(tests["01_fix/add"]["score"], 0)
+
     @unittest.skipUnless(_sandboxed(), "bubblewrap cannot make namespaces here")
     def test_reading_hidden_tests_or_the_reference_at_run_time_fails(self) -> None:
         paths = [KIT / "grader/hidden/01_fix/test_fix_hidden.cpp", KIT / "solutions/01_fix/fix.cpp",

@@ -70,7 +70,8 @@ class TreePlans(unittest.TestCase):
         self.assertEqual(t.overlay["exercises/05_mlp/mlp.cpp"], (ROOT / "solutions/05_mlp/mlp.cpp").read_bytes())
         # Only the graded module's sources are untrusted (headers are judged, not compiled alone).
         self.assertEqual(t.untrusted, {"06_data_parallel": ["exercises/06_data_parallel/data_parallel.cpp"]})
-        self.assertEqual(t.hide, ("exercises/05_mlp/",))
+        # Hidden from the submission's compile: every module's files and objects but its own.
+        self.assertEqual(t.hide, tuple(f"exercises/{n}/" for n in self.man.order if n != "06_data_parallel"))
         self.assertEqual(self.results["06_data_parallel"].notes,
                          ["exercises/06_data_parallel/data_parallel.hpp: not in the submission; graded the stub"])
 

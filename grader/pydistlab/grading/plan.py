@@ -75,7 +75,10 @@ def plan_tree(tid: str, assignment: dict[str, str], man: mf.Manifest, mode: Mode
     untrusted = {n: [o for o in man.modules[n].owned if not o.endswith(sandbox.HEADER_SUFFIXES)]
                  for n in man.order if n in man.modules and
                  (assignment.get(n) == "sub" or (mode is Mode.STUDENT and n not in assignment))}
-    hide = tuple(f"exercises/{n}/" for n, role in assignment.items() if role == "ref")
+    # What the submission's compile may not see of the tree: the reference sources of prerequisites
+    # and every module's objects and libraries but its own (a workspace is reused by the next
+    # submission: what an earlier one compiled must not be read by a later one).
+    hide = tuple(f"exercises/{n}/" for n in man.order if n not in untrusted)
     return TreePlan(tid, overlay, graded, untrusted, hide)
 
 
