@@ -327,6 +327,27 @@ class TestSandbox(GraderTestCase):
                 self.assertRegex(out, "No such file or directory|file not found|can't open|Permission denied")
                 self.assertNotIn("FixHidden", out)
 
+    @unittest.skipUnless(_sandboxed() and os.geteuid() == 0, "needs bubblewrap and root (both sandbox modes)")
+    def test_an_object_compiled_without_namespaces_is_not_reused_under_bubblewrap(self) -> None:
+        # Without namespaces the compile may read any file of the host that every user may read
+        # (the threat model says so): here an honest implementation in a world-readable folder
+        # outside the kit. The same submission graded next under bubblewrap must be compiled
+        # again, in the narrower view, and not take the object built before.
+        outside = Path(tempfile.mkdtemp(prefix="distlab-outside-"))
+        os.chmod(outside, 0o755)
+        (outside / "impl.cpp").write_text("int add(int a, int b) { return a + b; }\n"
+                                          "int twice(int a) { return 2 * a; }\n")
+        os.chmod(outside / "impl.cpp", 0o644)
+        try:
+            files = {"exercises/01_fix/fix.cpp": FIX_HEAD + f'#include "{outside}/impl.cpp"\n'}
+            _, loose = self.grade(files, "--hidden", "--sandbox", "limits", modules=("01_fix",))
+            self.assertEqual(loose["01_fix/add"]["status"], "passed", loose["01_fix/add"]["output"][:300])
+            _, tight = self.grade(files, "--hidden", "--sandbox", "auto", modules=("01_fix",))
+            self.assertEqual(tight["01_fix/add"]["score"], 0)
+            self.assertIn("No such file or directory", tight["01_fix/add"]["output"])
+        finally:
+            shutil.rmtree(outside, ignore_errors=True)
+
     def test_a_later_submission_cannot_read_what_an_earlier_one_compiled(self) -> None:
         # The workspace is reused from one submission to the next (a batch grades them in turn): a
         # victim's 02_dep is compiled there, then a submission of 01_fix .incbin's the victim's

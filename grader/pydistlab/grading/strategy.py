@@ -105,6 +105,13 @@ class Sandboxed(BuildStrategy):
         return sandbox.check_objects(self.build_dir, {o: self.plan.objects[o] for o in objects})
 
     def up_to_date(self, targets: list[str]) -> bool:
+        # Objects compiled under another strategy (bubblewrap's view is narrower than what the
+        # unprivileged uid can read) are not reused: they are compiled again under this one.
+        stamp = self.build_dir / ".distlab-untrusted-compile"
+        if not stamp.is_file() or stamp.read_text() != type(self).__name__:
+            for o in self.plan.objects_of({s for ss in self.tree.untrusted.values() for s in ss}):
+                (self.build_dir / o).unlink(missing_ok=True)
+            stamp.write_text(type(self).__name__)
         # A re-grade of unchanged files: ninja -n (which runs nothing) says there is nothing to
         # compile or link, so no sandbox needs to start for the build.
         idle = cmake.build(self.build_dir, targets, keep_going=True, dry_run=True)
