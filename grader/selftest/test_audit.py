@@ -31,6 +31,18 @@ HONEST_TAIL = "int add(int a, int b) { return a + b; }\nint twice(int a) { retur
 #: The attacks the grader's self-test plants (grader/selftest/test_grader.py, TestSandbox) and those
 #: of issue 26, each with the rules the audit must report for it.
 ATTACKS: dict[str, tuple[str, str, set[str]]] = {
+    "a weak std:: instance that replaces GoogleTest's at link time": (
+        "fix.cpp", FIX_HEAD + "#include <gtest/gtest.h>\nnamespace std { template <> template <> inline "
+        "__attribute__((used)) void\n  vector<testing::TestPartResult>::_M_realloc_insert<const "
+        "testing::TestPartResult&>(iterator, const testing::TestPartResult&) {} }\n", {"testing", "namespace"}),
+    "swap the report pipe for a pipe of its own": (
+        "fix.cpp", FIX_HEAD + "#include <fcntl.h>\n#include <sys/stat.h>\n#include <unistd.h>\n"
+        "static int swap() {\n  int p[2];\n  for (int i = 64; i < 1024; ++i) {\n    struct stat st;\n"
+        "    if (fstat(i, &st) == 0 && S_ISFIFO(st.st_mode) && pipe(p) == 0) { dup2(p[1], i); return p[0]; }\n"
+        "  }\n  return -1;\n}\nstatic const int stolen = swap();\n" + HONEST_TAIL, {"fd"}),
+    "incbin what an earlier submission compiled": (
+        "fix.cpp", FIX_HEAD + 'asm(".incbin \\"../../build/modules/02_dep/CMakeFiles/'
+        'distlab_02_dep.dir/dep.cpp.o\\"");\n' + HONEST_TAIL, {"asm"}),
     "include the reference (absolute)": (
         "fix.cpp", f'#include "{KIT}/solutions/01_fix/fix.cpp"\n' + FIX_HEAD, {"path"}),
     "include the reference (relative)": (
