@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cmake, manifest as mf, tree
-from .paths import BUILD, ROOT, SOLUTIONS, rel
+from .paths import BUILD, LEFT_OUT, ROOT, SOLUTIONS, rel
 from .sandbox import reach
 from .sandbox.limits import guard_launcher
 
@@ -125,12 +125,10 @@ def solution_overlay(modules: list[str], man: mf.Manifest) -> dict[str, bytes]:
 def _tree_files(hidden: bool) -> dict[str, Path | bytes]:
     files: dict[str, Path | bytes] = {}
     for name in tree.kit_files(ROOT):
-        top = Path(name).parts[0]
-        if top == "solutions":
-            continue
-        if not hidden and name.startswith("grader/hidden/"):
-            continue
-        if name.startswith(("grader/selftest/", "grader/mutants/")):
+        if name.startswith("grader/hidden/"):
+            if not hidden:
+                continue
+        elif name.startswith(LEFT_OUT):   # what students do not get: nothing grading needs
             continue
         files[name] = ROOT / name
     return files

@@ -172,3 +172,17 @@ class Strategies(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CleanCopy(unittest.TestCase):
+    def test_the_clean_copy_leaves_out_what_students_do_not_get(self) -> None:
+        # A submission's compile reads the clean copy: the instructors' guide, the mutants, the
+        # Gradescope scripts are not in it (the hidden tests only when they are graded).
+        from pydistlab.paths import LEFT_OUT
+        for hidden in (False, True):
+            names = set(ws._tree_files(hidden))
+            self.assertIn("libdist/include/dist/dist.hpp", names)
+            left = sorted(n for n in names if n.startswith(LEFT_OUT) and not (hidden and n.startswith("grader/hidden/")))
+            self.assertEqual(left, [])
+            self.assertEqual(any(n.startswith("grader/hidden/") for n in names), hidden)
+        self.assertIn("docs/instructor-guide.md", LEFT_OUT)

@@ -14,11 +14,7 @@ from pathlib import Path
 
 from .. import manifest as mf, stubs, tree
 from ..errors import DistlabError
-from ..paths import CXX_EXTENSIONS, ROOT, is_release
-
-LEFT_OUT = ("solutions/", "grader/hidden/", "grader/mutants/", "grader/selftest/", "grader/gradescope/",
-            "docs/instructor-guide.md", "docs/authoring.md", "bench/make_submissions.py",
-            "bench/sandbox_overhead.py")
+from ..paths import CXX_EXTENSIONS, LEFT_OUT, ROOT, is_release
 
 
 def student_readme(text: str) -> str:
