@@ -182,7 +182,8 @@ class CleanCopy(unittest.TestCase):
         for hidden in (False, True):
             names = set(ws._tree_files(hidden))
             self.assertIn("libdist/include/dist/dist.hpp", names)
-            left = sorted(n for n in names if n.startswith(LEFT_OUT) and not (hidden and n.startswith("grader/hidden/")))
+            left = sorted(n for n in names
+                          if n.startswith(LEFT_OUT) and not (hidden and n.startswith("grader/hidden/")))
             self.assertEqual(left, [])
             self.assertEqual(any(n.startswith("grader/hidden/") for n in names), hidden)
         self.assertIn("docs/instructor-guide.md", LEFT_OUT)
