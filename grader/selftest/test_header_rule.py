@@ -212,6 +212,8 @@ class TestObjectRule(unittest.TestCase):
             "the C++ runtime's shared library exports": "#include <string>\nnamespace std {\ntemplate <>\n"
             "__attribute__((weak)) string::size_type string::find(const char*, size_type, size_type) const noexcept"
             " {\n  return 0;\n}\n}\n",
+            "`operator new(unsigned long)`": "#include <cstdlib>\n#include <new>\n"
+            "void* operator new(std::size_t n) { return std::malloc(n ? n : 1); }\n",
             ".init_array.00101": '#include <cstdio>\n__attribute__((constructor(101))) static void early() '
                                  '{ std::puts("early"); }\n',
             ".init_array.00200": "struct S { S(); };\nS s __attribute__((init_priority(200)));\n",

@@ -14,8 +14,13 @@ clashes with) the one those parts rely on: symbol interposition. So, read with b
   - any symbol, weak or strong, whose signature names a `testing::` or `distlab::testing::` type,
     template arguments included (`std::vector<testing::TestPartResult>::_M_realloc_insert`: a
     weak `std::` instance over GoogleTest's own types, which GoogleTest's copy would meet);
-  - any symbol the C and C++ runtimes' shared libraries export (libstdc++, libc, libm, libgcc_s),
-    mangled or not: a definition in the program interposes the library's for every caller;
+  - a mangled symbol the C and C++ runtimes' shared libraries export (libstdc++, libc, libm,
+    libgcc_s) as a strong definition (`operator new`, ...) or as a weak one outside a COMDAT group
+    (`__attribute__((weak))`): a definition in the program interposes the library's for every
+    caller. A weak COMDAT copy is what the headers' inline members emit (C++20 `basic_string`'s
+    `append`, `_M_replace`, ... in every object that uses them) and is allowed: an `inline`
+    explicit specialization of such a member looks the same to this rule (see the instructor
+    guide's threat table);
   - a C-level symbol that is `main`, a reserved name (`_x`, `__x`) or one the C/C++ runtime
     defines (`write`, `fopen`, `exit`, ...): it would replace the library's for the whole program;
 
@@ -99,6 +104,18 @@ def symbols(obj: Path) -> list[tuple[str, str, str, str]]:
     return [(t, m, qualified_name(d), d) for (t, m), d in zip(rows, demangled)]
 
 
+def comdat_symbols(obj: Path) -> set[str]:
+    """The names of the symbols obj defines in a section of a COMDAT group (inline and template
+    instances as the compiler emits them)."""
+    grouped = {int(i) for i in re.findall(r"^\s*\[\s*(\d+)\]\s+\S", _run(["readelf", "-gW", str(obj)]), re.M)}
+    names = set()
+    for line in _run(["readelf", "-sW", str(obj)]).splitlines():
+        parts = line.split()
+        if len(parts) >= 8 and parts[6].isdigit() and int(parts[6]) in grouped:
+            names.add(parts[7])
+    return names
+
+
 def sections(obj: Path) -> list[str]:
     return re.findall(r"^\s*\[\s*\d+\]\s+(\S+)", _run(["readelf", "-SW", str(obj)]), re.M)
 
@@ -114,6 +131,7 @@ def object_problem(obj: Path, source: str) -> str:
             return (f"{source}: the object holds the section `{name}`: code that runs before the kit's "
                     f"own initialisers (`__attribute__((constructor(N)))`, `init_priority`) is not allowed")
     runtime = runtime_symbols()
+    comdat = comdat_symbols(obj)
     for kind, mangled, name, full in symbols(obj):
         shown = full if len(full) <= 160 else full[:157] + "..."
         weak = kind in "WwVvu"             # u: GNU unique (an inline variable, a static in an inline function)
@@ -124,7 +142,7 @@ def object_problem(obj: Path, source: str) -> str:
                         f"GoogleTest or the C/C++ runtime: it would replace theirs for the whole program "
                         f"(make it `static` or put it in your module's namespace)")
             continue
-        if mangled in runtime:
+        if mangled in runtime and not (weak and mangled in comdat):
             return (f"{source}: defines `{shown}` (`{mangled}`), which the C++ runtime's shared library "
                     f"exports: the program's copy would replace the library's for every caller (use the "
                     f"standard library as it is; put helpers of your own in your module's namespace)")
