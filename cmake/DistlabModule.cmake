@@ -28,6 +28,31 @@ function(distlab_module name)
   endif()
 endfunction()
 
+# distlab_link_trusted_first(TARGET [LIBS target...])
+#   Links the trusted parts of a test program (GoogleTest, distlab::dist, distlab::support and the
+#   kit libraries in LIBS) whole, before the module's library: the linker keeps the first copy of a
+#   weak or COMDAT symbol it loads, so their copy of every inline or template instance they define
+#   wins over one a submission's object defines (a submitted `std::vector<testing::TestPartResult>`
+#   instance that drops GoogleTest's failures, say). The test's own objects and distlab_test_main's
+#   come first on the line anyway. Raw flags, not $<LINK_LIBRARY:WHOLE_ARCHIVE,...>: CMake refuses
+#   a library linked with that feature and also plainly (the module's library links them plainly);
+#   the later plain copies load nothing more.
+function(distlab_link_trusted_first target)
+  set(files "")
+  foreach(lib IN ITEMS GTest::gtest distlab::dist distlab::support ${ARGN})
+    if(TARGET ${lib})
+      get_target_property(type ${lib} TYPE)
+      if(type STREQUAL "STATIC_LIBRARY" OR type STREQUAL "UNKNOWN_LIBRARY")
+        list(APPEND files "$<TARGET_FILE:${lib}>")
+        if(NOT type STREQUAL "UNKNOWN_LIBRARY")
+          add_dependencies(${target} ${lib})
+        endif()
+      endif()
+    endif()
+  endforeach()
+  target_link_libraries(${target} PRIVATE -Wl,--whole-archive ${files} -Wl,--no-whole-archive)
+endfunction()
+
 # distlab_module_tests(NAME TARGET exe SOURCES file... [LIBS target...] [INCLUDES dir...]
 #                      [LABELS label...])
 #   In grader/tests/<NAME>/ or grader/hidden/<NAME>/: a GoogleTest executable linked to the
@@ -42,6 +67,7 @@ function(distlab_module_tests name)
     return()
   endif()
   add_executable(${T_TARGET} ${T_SOURCES})
+  distlab_link_trusted_first(${T_TARGET} ${T_LIBS})
   target_include_directories(${T_TARGET} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${T_INCLUDES})
   target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing ${T_LIBS}
                         distlab_test_main distlab_options)
@@ -59,7 +85,8 @@ endfunction()
 #   The value checks of a module on real processes: a GoogleTest executable run under
 #   `mpirun -np <n>` for each n (CTest label mpi; ./distlab test runs them on the reference).
 #   Not part of module_<NAME>: the grader grades on the threads backend. Does nothing without
-#   the Open MPI backend or when the module is not part of this tree.
+#   the Open MPI backend or when the module is not part of this tree. Like distlab_module_tests,
+#   the trusted parts are linked first (distlab_link_trusted_first).
 function(distlab_module_mpi_tests name)
   cmake_parse_arguments(T "" "TARGET" "SOURCES;LIBS;NP" ${ARGN})
   if(NOT TARGET distlab_${name} OR NOT DISTLAB_HAVE_MPI)
@@ -67,6 +94,7 @@ function(distlab_module_mpi_tests name)
   endif()
   find_package(MPI COMPONENTS CXX REQUIRED)  # MPIEXEC_EXECUTABLE, MPIEXEC_NUMPROC_FLAG
   add_executable(${T_TARGET} ${T_SOURCES})
+  distlab_link_trusted_first(${T_TARGET} ${T_LIBS})
   target_include_directories(${T_TARGET} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   target_link_libraries(${T_TARGET} PRIVATE distlab_${name} distlab_testing ${T_LIBS}
                         distlab_test_main distlab_options)

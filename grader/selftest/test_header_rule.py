@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,19 @@ HONEST = KIT_DEP.replace("#pragma once\n", "#pragma once\n#include <mutex>\n").r
 # Do-nothing implementation of 02_dep: only a header trick could give it marks.
 LAZY_DEP = '#include "dep.hpp"\nint quadruple(int a) { return a; }\n'
 OVERLOAD = "namespace distlab::testing {\ninline bool same(int, int) { return true; }\n}\n"
+# A weak std:: instance (allowed as such) that takes the place of GoogleTest's own COMDAT copy when
+# the module's library is loaded first: failures are never stored, every test passes.
+DROP_FAILURES = ("#include <gtest/gtest.h>\nnamespace std {\ntemplate <>\ntemplate <>\n"
+                 "inline __attribute__((used)) void vector<testing::TestPartResult>::_M_realloc_insert<"
+                 "const testing::TestPartResult&>(\n    iterator, const testing::TestPartResult&) {}\n}\n")
+# Weak definitions over a kit-only type (distlab::, allowed): the class redeclared with its own
+# what(), so the vtable distlab_dist's throw_not_implemented uses would be the submission's.
+FORGED_TODO = ("#include <stdexcept>\nnamespace distlab {\nstruct NotImplemented : std::logic_error {\n"
+               "  using std::logic_error::logic_error;\n"
+               "  const char* what() const noexcept override { return \"forged by the submission\"; }\n};\n"
+               "[[noreturn]] void throw_not_implemented(const char* what);\n}\n"
+               "__attribute__((used)) void forge() { throw distlab::NotImplemented(\"x\"); }\n"
+               "int add(int, int) { return 0; }\nint twice(int) { distlab::throw_not_implemented(\"twice\"); }\n")
 RAW_HIDDEN_DEFINE = ('inline const char* note = R"x(\n)x" R"y(\n#undef EXPECT_TRUE\n)y";\n'
                      '#undef EXPECT_TRUE\n#define EXPECT_TRUE(c) (void)0\n')
 
@@ -194,6 +208,12 @@ class TestObjectRule(unittest.TestCase):
             "`std::": "#include <string>\nnamespace std { int my_own = 1; }\n",
             "`write`": '#include <cstddef>\nextern "C" long write(int, const void*, std::size_t) { return 0; }\n',
             "`main`": "int main() { return 0; }\n",
+            "names a type of GoogleTest": DROP_FAILURES,
+            "the C++ runtime's shared library exports": "#include <string>\nnamespace std {\ntemplate <>\n"
+            "__attribute__((weak)) string::size_type string::find(const char*, size_type, size_type) const noexcept"
+            " {\n  return 0;\n}\n}\n",
+            "`operator new(unsigned long)`": "#include <cstdlib>\n#include <new>\n"
+            "void* operator new(std::size_t n) { return std::malloc(n ? n : 1); }\n",
             ".init_array.00101": '#include <cstdio>\n__attribute__((constructor(101))) static void early() '
                                  '{ std::puts("early"); }\n',
             ".init_array.00200": "struct S { S(); };\nS s __attribute__((init_priority(200)));\n",
@@ -205,6 +225,33 @@ class TestObjectRule(unittest.TestCase):
                 problem = self.compile(source)
                 self.assertIn("exercises/01_fix/fix.cpp: ", problem)
                 self.assertIn(word.strip("`"), problem)
+
+
+class TestLinkOrder(unittest.TestCase):
+    """Without the object rule: the miniature kit's test program, built by CMake from a submission
+    with weak definitions of what GoogleTest and distlab_dist also define, uses the trusted copies
+    (they are linked whole before the module's library, as in cmake/DistlabModule.cmake)."""
+
+    def test_trusted_copies_win_over_submitted_weak_definitions(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            src, build = Path(d) / "kit", Path(d) / "build"
+            shutil.copytree(FIXTURE, src)
+            shutil.copy(HERE.parent.parent / "libdist/testing/test_main.cpp", src / "support/test_main.cpp")
+            (src / "solutions/01_fix/fix.cpp").write_text(FORGED_TODO + DROP_FAILURES)
+            generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+            subprocess.run(["cmake", "-S", src, "-B", build, *generator, "-DDISTLAB_IMPL=solutions"],
+                           check=True, capture_output=True)
+            subprocess.run(["cmake", "--build", build, "--target", "test_01_fix"], check=True, capture_output=True)
+            run = subprocess.run([build / "bin/test_01_fix"], capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(run.returncode, 0, run.stdout[-2000:])
+            self.assertIn("3 FAILED TESTS", run.stdout)                          # GoogleTest's vector copy
+            self.assertIn('description "not implemented: twice"', run.stdout)   # distlab_dist's vtable
+            self.assertNotIn("forged", run.stdout)
+            if generator:
+                line = subprocess.run(["ninja", "-C", build, "-t", "commands", "bin/test_01_fix"],
+                                      capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+                self.assertLess(line.index("--whole-archive"), line.index("libdistlab_01_fix.a"), line)
+                self.assertLess(line.index("libgtest"), line.index("libdistlab_01_fix.a"), line)
 
 
 class TestGradedAttacks(GraderTestCase):
@@ -256,6 +303,8 @@ class TestGradedAttacks(GraderTestCase):
                                  "AssertionResult CmpHelperEQ<int, int>(const char*, const char*, const int&, "
                                  "const int&) {\n  return AssertionSuccess();\n}\n}\n" + lazy,
                                  "defines `testing::internal::CmpHelperEQ<int, int>`"),
+            "weak std:: over testing::": (DROP_FAILURES + lazy,
+                                          "names a type of GoogleTest or of the kit's test helpers"),
             "constructor(101)": ('#include <cstdio>\n__attribute__((constructor(101))) static void early() '
                                  '{ std::puts("early"); }\n' + SOLUTION["exercises/01_fix/fix.cpp"],
                                  "holds the section `.init_array.00101`"),

@@ -11,6 +11,16 @@ clashes with) the one those parts rely on: symbol interposition. So, read with b
     `dist::`, `std::`, `__gnu_cxx::`,
     `__cxxabiv1::`): a strong definition replaces the test's or library's inline or weak copy;
   - a weak symbol in `testing::` or `distlab::testing::` (an inline test helper of its own);
+  - any symbol, weak or strong, whose signature names a `testing::` or `distlab::testing::` type,
+    template arguments included (`std::vector<testing::TestPartResult>::_M_realloc_insert`: a
+    weak `std::` instance over GoogleTest's own types, which GoogleTest's copy would meet);
+  - a mangled symbol the C and C++ runtimes' shared libraries export (libstdc++, libc, libm,
+    libgcc_s) as a strong definition (`operator new`, ...) or as a weak one outside a COMDAT group
+    (`__attribute__((weak))`): a definition in the program interposes the library's for every
+    caller. A weak COMDAT copy is what the headers' inline members emit (C++20 `basic_string`'s
+    `append`, `_M_replace`, ... in every object that uses them) and is allowed: an `inline`
+    explicit specialization of such a member looks the same to this rule (see the instructor
+    guide's threat table);
   - a C-level symbol that is `main`, a reserved name (`_x`, `__x`) or one the C/C++ runtime
     defines (`write`, `fopen`, `exit`, ...): it would replace the library's for the whole program;
 
@@ -18,8 +28,11 @@ nor hold sections that run before ordinary static initialisers: `.preinit_array`
 `.init_array.NNNNN` / `.ctors.NNNNN` (and their `fini`/`dtors` twins); in a sanitizer build
 (an object that calls `__tsan_init` or `__asan_init`) the sanitizer's own priority 99 is allowed.
 
-Weak definitions in `std::` and `dist::` are allowed: every object that uses a template or an
-inline function of those headers has them.
+Weak definitions in `std::` and `dist::` are otherwise allowed: every object that uses a template
+or an inline function of those headers has them. What keeps a hostile one of those from replacing
+the copy a trusted part of the program uses is the link order: the test programs load GoogleTest
+and the kit's libraries whole before the module's library (cmake/DistlabModule.cmake,
+distlab_link_trusted_first), and the linker keeps the first copy of a weak or COMDAT symbol.
 """
 from __future__ import annotations
 
@@ -37,6 +50,7 @@ _SPECIAL = re.compile(r"^(vtable for |typeinfo for |typeinfo name for |VTT for |
                       r"guard variable for |TLS init function for |TLS wrapper function for |"
                       r"non-virtual thunk to |virtual thunk to |covariant return thunk to |"
                       r"transaction clone for |reference temporary #\d+ for )+")
+_TESTING_TYPE = re.compile(r"(?:^|[^\w:])(?:distlab::)?testing::")
 _OPERATOR = re.compile(r"operator(<=>|<<=|>>=|<<|>>|<=|>=|->\*|->|<|>|\(\)|\[\])")
 
 
@@ -76,8 +90,9 @@ def qualified_name(demangled: str) -> str:
     return s[last_space + 1:cut].strip()
 
 
-def symbols(obj: Path) -> list[tuple[str, str, str]]:
-    """(nm type, mangled name, qualified name) of each global or weak symbol obj defines."""
+def symbols(obj: Path) -> list[tuple[str, str, str, str]]:
+    """(nm type, mangled name, qualified name, demangled name) of each global or weak symbol obj
+    defines."""
     rows = []
     for line in _run(["nm", "--defined-only", "-P", str(obj)]).splitlines():
         parts = line.split()
@@ -86,7 +101,19 @@ def symbols(obj: Path) -> list[tuple[str, str, str]]:
     demangled = _run(["c++filt"], "\n".join(m for _, m in rows) + "\n").splitlines() if rows else []
     if len(demangled) != len(rows):
         demangled = [m for _, m in rows]
-    return [(t, m, qualified_name(d)) for (t, m), d in zip(rows, demangled)]
+    return [(t, m, qualified_name(d), d) for (t, m), d in zip(rows, demangled)]
+
+
+def comdat_symbols(obj: Path) -> set[str]:
+    """The names of the symbols obj defines in a section of a COMDAT group (inline and template
+    instances as the compiler emits them)."""
+    grouped = {int(i) for i in re.findall(r"^\s*\[\s*(\d+)\]\s+\S", _run(["readelf", "-gW", str(obj)]), re.M)}
+    names = set()
+    for line in _run(["readelf", "-sW", str(obj)]).splitlines():
+        parts = line.split()
+        if len(parts) >= 8 and parts[6].isdigit() and int(parts[6]) in grouped:
+            names.add(parts[7])
+    return names
 
 
 def sections(obj: Path) -> list[str]:
@@ -104,7 +131,9 @@ def object_problem(obj: Path, source: str) -> str:
             return (f"{source}: the object holds the section `{name}`: code that runs before the kit's "
                     f"own initialisers (`__attribute__((constructor(N)))`, `init_priority`) is not allowed")
     runtime = runtime_symbols()
-    for kind, mangled, name in symbols(obj):
+    comdat = comdat_symbols(obj)
+    for kind, mangled, name, full in symbols(obj):
+        shown = full if len(full) <= 160 else full[:157] + "..."
         weak = kind in "WwVvu"             # u: GNU unique (an inline variable, a static in an inline function)
         if not mangled.startswith("_Z"):
             if (mangled == "main" or mangled.startswith("_") or mangled in runtime) and \
@@ -113,11 +142,19 @@ def object_problem(obj: Path, source: str) -> str:
                         f"GoogleTest or the C/C++ runtime: it would replace theirs for the whole program "
                         f"(make it `static` or put it in your module's namespace)")
             continue
+        if mangled in runtime and not (weak and mangled in comdat):
+            return (f"{source}: defines `{shown}` (`{mangled}`), which the C++ runtime's shared library "
+                    f"exports: the program's copy would replace the library's for every caller (use the "
+                    f"standard library as it is; put helpers of your own in your module's namespace)")
         scope = name.lstrip(":")
         if scope.startswith(WEAK_FORBIDDEN if weak else STRONG_FORBIDDEN):
             return (f"{source}: defines `{name}` ({'weak' if weak else 'strong'} symbol `{mangled}`): a "
                     f"submission may not define anything in `{scope.split('::')[0]}::`; at link time it "
                     f"would replace the copy the tests, GoogleTest or the kit's library use")
+        if _TESTING_TYPE.search(full):
+            return (f"{source}: defines `{shown}` (`{mangled}`), which names a type of GoogleTest or of the "
+                    f"kit's test helpers: it could take the place of the tests' own copy at link time; a "
+                    f"submission may not instantiate or define code over the test framework's types")
     return ""
 
 
