@@ -4,7 +4,8 @@ submissions graded on the miniature kit (test_grader.py's), in both sandbox mode
 - the grader's environment does not reach a test (an allowlist);
 - a report forged from inside the test process (the /proc/self/cmdline attack, a fake XML written to
   every open descriptor, a pipe of its own swapped in for the report's descriptor) scores zero with
-  a reason, and so does a main() of its own; checks of the
+  a reason, and so does a main() of its own; the report the kit's main builds carries any failure
+  message (markup, control characters, UTF-8) to the student; checks of the
   report itself (DOCTYPE, size cap, nonce, test count, the program's own list) without a build;
 - nothing passes from one test or grade to the next: kernel keyrings, SysV shared memory, POSIX
   message queues, processes (one that tries to kill the sweeper included).
@@ -191,6 +192,17 @@ struct Mitm {
                     self.assertIn("not written by the kit's test main", tests[name]["output"])
                     self.assertIn("its report descriptor was replaced", tests[name]["output"])
                     self.assertIn("no longer the report pipe", tests[name]["output"])   # the test main's word
+
+    def test_the_kit_mains_report_carries_any_failure_message(self) -> None:
+        # The kit's main writes the XML itself: a message with markup, a CDATA end, a control
+        # character and UTF-8 reaches the student as written (control characters as '?').
+        body = ("int add(int a, int b) {\n"
+                '  if (a + b == 5) throw std::runtime_error("bad <x> & \\"q\\" ]]> --> \\x01 é");\n'
+                "  return a + b;\n}\nint twice(int a) { return 2 * a; }\n")
+        tests = self.attack(body)
+        self.assertEqual(tests["01_fix/twice"]["status"], "passed", tests["01_fix/twice"]["output"][:500])
+        self.assertEqual(tests["01_fix/add"]["score"], 0)
+        self.assertIn('bad <x> & "q" ]]> --> ? é', tests["01_fix/add"]["output"])
 
     def test_a_main_of_its_own_does_not_link(self) -> None:
         # A submitted main() would take the kit's place (and read the control line on stdin): the
