@@ -3,9 +3,11 @@
 Nothing in argv or the environment says where the report goes: the grader writes one control line,
 `DISTLAB1 <nonce> <fd>`, into a pipe that becomes the test's stdin; the kit's test main
 (libdist/testing/test_main.cpp) reads it in the program's earliest initializer, before any code of
-a submission runs, moves the report pipe to a random descriptor, has GoogleTest write its XML
-there and, after the tests, writes `DISTLAB-TRAILER <nonce> <tests run>`. The grader then refuses
-(check()):
+a submission runs, moves the report pipe to a random descriptor and records which pipe it is;
+after the tests it builds the XML report from GoogleTest's results itself and writes it, then
+`DISTLAB-TRAILER <nonce> <tests run>`, only if that descriptor still is the same pipe (a pipe
+swapped in by the submission gets nothing: no report arrives, and the item fails). The grader then
+refuses (check()):
   - a report over XML_CAP bytes, or one with a DOCTYPE (entity expansion), before parsing it;
   - a report without the trailer of this run's nonce (written by anything but the kit's main);
   - a report whose tests differ from the tests the filter selects in the program's own list
@@ -39,7 +41,7 @@ class Channel:
         self.control, ctl_w = os.pipe()
         os.write(ctl_w, f"DISTLAB1 {self.nonce} {self.write_fd}\n".encode())
         os.close(ctl_w)
-        if owner is not None:   # gtest reopens /dev/fd/N: the pipe must belong to the test's uid
+        if owner is not None:   # the pipe belongs to the test's uid (as one it opened would)
             os.fchown(self.write_fd, owner, owner)
 
     def close_child_ends(self) -> None:

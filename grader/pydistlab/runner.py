@@ -219,7 +219,9 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
         if checked.refused:
             return Outcome(False, checked.refused + (f"; exited with status {rc}" if rc else ""),
                            output, seconds)
-        return Outcome(False, f"exited with status {rc} before writing its test report", output, seconds)
+        return Outcome(False, f"exited with status {rc} before writing its test report (not written by the "
+                       f"kit's test main: the program ended before its tests did, e.g. exit() in the code, "
+                       f"or its report descriptor was replaced)", output, seconds)
     run, failed, failures, skips = parsed
     if strip_prefix:
         failures = [f.replace(strip_prefix, "") for f in failures]

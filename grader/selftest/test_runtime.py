@@ -3,7 +3,9 @@ submissions graded on the miniature kit (test_grader.py's), in both sandbox mode
 
 - the grader's environment does not reach a test (an allowlist);
 - a report forged from inside the test process (the /proc/self/cmdline attack, a fake XML written to
-  every open descriptor) scores zero with a reason, and so does a main() of its own; checks of the
+  every open descriptor, a pipe of its own swapped in for the report's descriptor) scores zero with
+  a reason, and so does a main() of its own; the report the kit's main builds carries any failure
+  message (markup, control characters, UTF-8) to the student; checks of the
   report itself (DOCTYPE, size cap, nonce, test count, the program's own list) without a build;
 - nothing passes from one test or grade to the next: kernel keyrings, SysV shared memory, POSIX
   message queues, processes (one that tries to kill the sweeper included).
@@ -125,6 +127,82 @@ const int forged = forge();
                 for name in ("01_fix/add", "01_fix/twice", "01_fix/add_large"):
                     self.assertEqual(tests[name]["score"], 0, tests[name]["output"][:500])
                     self.assertIn("not written by the kit's test main", tests[name]["output"])
+
+    def test_a_swapped_report_descriptor_gets_no_report(self) -> None:
+        # A man in the middle: a static initializer finds the report pipe (the first FIFO at
+        # descriptor 64 or above), keeps a copy of it elsewhere, puts a pipe of its own on that
+        # number and drains what arrives there. Were the kit's main to write its report and trailer
+        # (with this run's nonce) to that number, the attacker would rewrite the report as all
+        # passed, append the real trailer, send it to the real pipe and _exit(0). The kit's main
+        # writes only to the very pipe it was given (st_dev, st_ino): here nothing at all.
+        mitm = r"""#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cstdlib>
+#include <string>
+#include <thread>
+namespace {
+int g_real = -1, g_rd = -1;
+std::string* g_buf = nullptr;
+std::thread* g_th = nullptr;
+void drain() {
+  char b[65536];
+  long n;
+  while ((n = read(g_rd, b, sizeof b)) > 0) g_buf->append(b, size_t(n));
+}
+void at_end() {
+  if (g_th) g_th->join();
+  const std::string& s = *g_buf;
+  size_t t = s.rfind("\nDISTLAB-TRAILER ");
+  std::string forged;
+  if (t != std::string::npos) {   // every test passed, the kit's own trailer kept
+    std::string x = s.substr(0, t);
+    for (size_t p; (p = x.find("<failure")) != std::string::npos;) x.erase(p, x.find("</failure>", p) + 10 - p);
+    forged = x + s.substr(t);
+  }
+  (void)!write(g_real, forged.data(), forged.size());
+  _exit(0);
+}
+struct Mitm {
+  Mitm() {
+    int fd = -1;
+    for (int i = 64; i < 1024 && fd < 0; ++i) {
+      struct stat st;
+      if (fstat(i, &st) == 0 && S_ISFIFO(st.st_mode)) fd = i;
+    }
+    if (fd < 0) return;
+    int p[2];
+    g_real = fcntl(fd, F_DUPFD_CLOEXEC, 1000);
+    if (g_real < 0 || pipe2(p, O_CLOEXEC) != 0) return;
+    dup3(p[1], fd, O_CLOEXEC);
+    close(p[1]);
+    g_rd = p[0];
+    g_buf = new std::string;
+    g_th = new std::thread(drain);
+    std::atexit(at_end);
+  }
+} mitm_instance;
+}  // namespace
+"""
+        for mode in MODES:
+            with self.subTest(f"--sandbox {mode}"):
+                tests = self.attack(STUBS, "--sandbox", mode, prelude=mitm)
+                for name in ("01_fix/add", "01_fix/twice", "01_fix/add_large"):
+                    self.assertEqual(tests[name]["score"], 0, tests[name]["output"][:500])
+                    self.assertIn("not written by the kit's test main", tests[name]["output"])
+                    self.assertIn("its report descriptor was replaced", tests[name]["output"])
+                    self.assertIn("no longer the report pipe", tests[name]["output"])   # the test main's word
+
+    def test_the_kit_mains_report_carries_any_failure_message(self) -> None:
+        # The kit's main writes the XML itself: a message with markup, a CDATA end, a control
+        # character and UTF-8 reaches the student as written (control characters as '?').
+        body = ("int add(int a, int b) {\n"
+                '  if (a + b == 5) throw std::runtime_error("bad <x> & \\"q\\" ]]> --> \\x01 é");\n'
+                "  return a + b;\n}\nint twice(int a) { return 2 * a; }\n")
+        tests = self.attack(body)
+        self.assertEqual(tests["01_fix/twice"]["status"], "passed", tests["01_fix/twice"]["output"][:500])
+        self.assertEqual(tests["01_fix/add"]["score"], 0)
+        self.assertIn('bad <x> & "q" ]]> --> ? é', tests["01_fix/add"]["output"])
 
     def test_a_main_of_its_own_does_not_link(self) -> None:
         # A submitted main() would take the kit's place (and read the control line on stdin): the
