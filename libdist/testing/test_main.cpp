@@ -35,11 +35,15 @@
 // program) must not see the nonce pass by.
 namespace {
 
-__attribute__((always_inline)) inline long sys3(long n, long a = 0, long b = 0, long c = 0, long d = 0) {
+__attribute__((always_inline)) inline long sys3(long n, long a = 0, long b = 0, long c = 0,
+                                                long d = 0) {
 #if defined(__x86_64__)
   long ret;
   register long r10 asm("r10") = d;
-  asm volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+  asm volatile("syscall"
+               : "=a"(ret)
+               : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10)
+               : "rcx", "r11", "memory");
   return ret;
 #elif defined(__aarch64__)
   register long x8 asm("x8") = n;
@@ -54,10 +58,10 @@ __attribute__((always_inline)) inline long sys3(long n, long a = 0, long b = 0, 
 #endif
 }
 
-bool g_active = false;      // constant-initialized: valid before any initializer runs
+bool g_active = false;  // constant-initialized: valid before any initializer runs
 int g_fd = -1;
 char g_nonce[72] = {};
-unsigned long g_pipe_dev = 0;   // the report pipe's identity, recorded in the constructor
+unsigned long g_pipe_dev = 0;  // the report pipe's identity, recorded in the constructor
 unsigned long g_pipe_ino = 0;
 
 long say(int fd, const char* text) {
@@ -75,17 +79,18 @@ long say(int fd, const char* text) {
 
 __attribute__((constructor(101))) void distlab_take_report_channel() {
   const char* flag = std::getenv("DISTLAB_REPORT_CHANNEL");
-  if (flag == nullptr) return;   // not run by the grader
-  // A session keyring of its own (the one it was started with may be the grader's, without
-  // namespaces): no key passes between tests or from the grader through it.
+  if (flag == nullptr) return;  // not run by the grader
+    // A session keyring of its own (the one it was started with may be the grader's, without
+    // namespaces): no key passes between tests or from the grader through it.
 #ifdef SYS_keyctl
   sys3(SYS_keyctl, 1 /* KEYCTL_JOIN_SESSION_KEYRING */, 0);
 #endif
-  if (flag[0] != 's') return;    // "stdin": the report channel; "none": a listing of the tests
+  if (flag[0] != 's') return;  // "stdin": the report channel; "none": a listing of the tests
   char line[160] = {};
   long n = 0;
   while (n + 1 < static_cast<long>(sizeof line)) {
-    long got = sys3(SYS_read, 0, reinterpret_cast<long>(line + n), static_cast<long>(sizeof line) - 1 - n);
+    long got =
+        sys3(SYS_read, 0, reinterpret_cast<long>(line + n), static_cast<long>(sizeof line) - 1 - n);
     if (got <= 0) break;
     bool newline = false;
     for (long i = n; i < n + got; ++i) newline = newline || line[i] == '\n';
@@ -102,7 +107,8 @@ __attribute__((constructor(101))) void distlab_take_report_channel() {
     if (line[i] != magic[i]) refuse("no report channel on stdin");
   }
   long k = 0;
-  while (line[i] != ' ' && line[i] != '\0' && k + 1 < static_cast<long>(sizeof g_nonce)) g_nonce[k++] = line[i++];
+  while (line[i] != ' ' && line[i] != '\0' && k + 1 < static_cast<long>(sizeof g_nonce))
+    g_nonce[k++] = line[i++];
   int fd = 0;
   if (k == 0 || line[i++] != ' ') refuse("no report channel on stdin");
   for (; line[i] >= '0' && line[i] <= '9' && fd < 100000; ++i) fd = fd * 10 + (line[i] - '0');
@@ -145,26 +151,47 @@ void put_escaped(std::string& out, const char* text) {
     unsigned char c = *s;
     if (c < 0x80) {
       switch (c) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&quot;"; break;
-        case '\'': out += "&apos;"; break;
-        case '\n': out += "&#10;"; break;
-        case '\r': out += "&#13;"; break;
-        case '\t': out += "&#9;"; break;
-        default: out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&quot;";
+          break;
+        case '\'':
+          out += "&apos;";
+          break;
+        case '\n':
+          out += "&#10;";
+          break;
+        case '\r':
+          out += "&#13;";
+          break;
+        case '\t':
+          out += "&#9;";
+          break;
+        default:
+          out += (c < 0x20 || c == 0x7f) ? '?' : static_cast<char>(c);
       }
       ++s;
       continue;
     }
     // A UTF-8 sequence: copied whole when well formed (no overlong forms, surrogates, or values
     // over U+10FFFF), else one '?' for its first byte.
-    int len = (c >= 0xc2 && c <= 0xdf) ? 2 : (c >= 0xe0 && c <= 0xef) ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
+    int len = (c >= 0xc2 && c <= 0xdf)   ? 2
+              : (c >= 0xe0 && c <= 0xef) ? 3
+              : (c >= 0xf0 && c <= 0xf4) ? 4
+                                         : 0;
     bool ok = len > 0;
     for (int i = 1; ok && i < len; ++i) ok = (s[i] & 0xc0) == 0x80;
-    if (ok && len == 3) ok = !(c == 0xe0 && s[1] < 0xa0) && !(c == 0xed && s[1] >= 0xa0) &&
-                             !(c == 0xef && s[1] == 0xbf && s[2] >= 0xbe);   // U+FFFE, U+FFFF
+    if (ok && len == 3)
+      ok = !(c == 0xe0 && s[1] < 0xa0) && !(c == 0xed && s[1] >= 0xa0) &&
+           !(c == 0xef && s[1] == 0xbf && s[2] >= 0xbe);  // U+FFFE, U+FFFF
     if (ok && len == 4) ok = !(c == 0xf0 && s[1] < 0x90) && !(c == 0xf4 && s[1] >= 0x90);
     if (!ok) {
       out += '?';
@@ -195,8 +222,10 @@ void put_part(std::string& out, const char* tag, const testing::TestPartResult& 
 void put_parts(std::string& out, const testing::TestResult& result) {
   for (int i = 0; i < result.total_part_count(); ++i) {
     const testing::TestPartResult& part = result.GetTestPartResult(i);
-    if (part.failed()) put_part(out, "failure", part);
-    else if (part.skipped()) put_part(out, "skipped", part);
+    if (part.failed())
+      put_part(out, "failure", part);
+    else if (part.skipped())
+      put_part(out, "skipped", part);
   }
 }
 
@@ -240,8 +269,8 @@ std::string build_report() {
 // In a child process (raw clone: no fork handlers; its descriptor table is a copy that no thread
 // of the submission shares), writes the report and the trailer to the report pipe, if and only if
 // the descriptor still is the pipe recorded in the constructor. Returns whether it wrote them.
-__attribute__((no_sanitize("address", "thread", "undefined")))
-bool write_report(const char* report, long report_len, const char* trailer, long trailer_len) {
+__attribute__((no_sanitize("address", "thread", "undefined"))) bool write_report(
+    const char* report, long report_len, const char* trailer, long trailer_len) {
   long pid = sys3(SYS_clone, SIGCHLD, 0, 0, 0);
   if (pid < 0) return false;
   if (pid == 0) {
@@ -269,7 +298,7 @@ bool write_report(const char* report, long report_len, const char* trailer, long
   do {
     got = sys3(SYS_wait4, pid, reinterpret_cast<long>(&status), 0, 0);
   } while (got == -EINTR);
-  return got == -ECHILD || (got == pid && status == 0);   // (ECHILD: reaped unseen)
+  return got == -ECHILD || (got == pid && status == 0);  // (ECHILD: reaped unseen)
 }
 
 }  // namespace
@@ -287,8 +316,9 @@ int main(int argc, char** argv) {
     put_number(p, testing::UnitTest::GetInstance()->test_to_run_count());
     *p++ = '\n';
     if (!write_report(report.data(), static_cast<long>(report.size()), trailer, p - trailer)) {
-      say(2, "distlab test main: the test report was not written: its descriptor is no longer the "
-             "report pipe the grader passed (replaced by code of the program?), or it is closed\n");
+      say(2,
+          "distlab test main: the test report was not written: its descriptor is no longer the "
+          "report pipe the grader passed (replaced by code of the program?), or it is closed\n");
     }
     sys3(SYS_close, g_fd);
   }
