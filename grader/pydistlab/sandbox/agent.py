@@ -31,7 +31,7 @@ AGENT_PYTHON = "/usr/bin/python3"
 #: The capabilities the agent keeps in its bubblewrap (the tests drop them all: setpriv).
 AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL", "CAP_SYS_ADMIN")
 _AGENT = CLEAN_AS_UID + r"""
-import ctypes, json, os, resource, shutil, socket, sys, time
+import ctypes, json, os, resource, socket, sys, time
 sock = socket.socket(fileno=int(sys.argv[1]))
 os.set_inheritable(sock.fileno(), False)
 NAMES = {"as": resource.RLIMIT_AS, "nproc": resource.RLIMIT_NPROC, "fsize": resource.RLIMIT_FSIZE,
@@ -125,14 +125,7 @@ while True:
     _, status = os.waitpid(pid, 0)
     swept = sweep(req["uid"]) and clean(req["uid"])
     for entry in os.listdir("/tmp"):
-        path = os.path.join("/tmp", entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        remove_entry(os.path.join("/tmp", entry))   # (sweep.CLEAN_AS_UID's)
     sock.send(json.dumps({"rc": os.waitstatus_to_exitcode(status), "swept": swept}).encode())
 """
 

@@ -20,7 +20,16 @@ import time
 from pathlib import Path
 
 CLEAN_AS_UID = r'''
-import ctypes, os
+import ctypes, os, shutil
+def remove_entry(path):
+    """A file, link or folder gone (what cannot be removed stays)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 def clean_as_uid():
     libc = ctypes.CDLL(None, use_errno=True)
     L = ctypes.c_long
@@ -61,7 +70,6 @@ def clean_as_uid():
                 os.unlink(path)
     except OSError:
         pass
-    import shutil
     seen = set()
     for shared in SHARED_FOLDERS:                       # the folders every uid may write
         real = os.path.realpath(shared)
@@ -74,15 +82,8 @@ def clean_as_uid():
                 st = os.lstat(path)
             except OSError:
                 continue
-            if st.st_uid != me:
-                continue
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            if st.st_uid == me:
+                remove_entry(path)
 '''
 #: World-writable folders whose entries a test's uid may leave for a later test or grade (without
 #: namespaces they are the host's; with bubblewrap /tmp is private and the others are not mounted).
