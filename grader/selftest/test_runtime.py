@@ -128,6 +128,44 @@ const int forged = forge();
                     self.assertEqual(tests[name]["score"], 0, tests[name]["output"][:500])
                     self.assertIn("not written by the kit's test main", tests[name]["output"])
 
+    def test_a_test_may_write_its_private_tmp(self) -> None:
+        # The threat model promises each test a private /tmp: an honest test that writes a scratch
+        # file there must pass (bubblewrap makes a fresh tmpfs root's 0755 unless told otherwise).
+        body = ("#include <cstdio>\n#include <fstream>\n#include <string>\n"
+                "static int scratch() {\n  { std::ofstream f(\"/tmp/distlab-scratch\"); f << 41; }\n"
+                "  std::ifstream g(\"/tmp/distlab-scratch\"); int v = 0; g >> v;\n"
+                "  std::remove(\"/tmp/distlab-scratch\");\n"
+                '  if (v != 41) throw std::runtime_error("/tmp is not writable");\n  return 0;\n}\n'
+                "int add(int a, int b) { return scratch() + a + b; }\nint twice(int a) { return 2 * a; }\n")
+        for mode in MODES:
+            with self.subTest(f"--sandbox {mode}"):
+                tests = self.attack(body, "--sandbox", mode)
+                self.assertEqual(tests["01_fix/add"]["status"], "passed", tests["01_fix/add"]["output"][:500])
+
+    def test_a_rewritten_argv_or_environment_does_not_keep_tests_from_running(self) -> None:
+        # GoogleTest reads its flags from argv (in main) and from GTEST_* variables: a static
+        # initializer that rewrites argv (it lies just below environ) to --gtest_repeat=0, or asks
+        # for a shard of the tests, would have every selected test skipped and reported as passed.
+        # The kit's main takes the grader's filter from argv as its earliest initializer saw it
+        # and sets the flags that decide what runs; a test selected but not started fails.
+        body = ("#include <cstdlib>\n#include <cstring>\nextern char** environ;\n"
+                "static char repeat0[] = \"--gtest_repeat=0\";\n"
+                "static int rewrite() {\n  setenv(\"GTEST_TOTAL_SHARDS\", \"1000\", 1);\n"
+                "  setenv(\"GTEST_SHARD_INDEX\", \"999\", 1);\n  setenv(\"GTEST_REPEAT\", \"0\", 1);\n"
+                "  char** envp = environ;\n  for (long k = 1; envp && k < 64; ++k) {\n"
+                "    if (reinterpret_cast<long>(envp[-(k + 2)]) != k) continue;\n"
+                "    char** argv = envp - (k + 1);\n"
+                "    for (long i = 1; i < k; ++i) if (argv[i]) argv[i] = repeat0;\n    return 1;\n  }\n"
+                "  return 0;\n}\nstatic const int rewritten = rewrite();\n"
+                'int add(int, int) { throw std::runtime_error("not implemented: add"); }\n'
+                'int twice(int) { throw std::runtime_error("not implemented: twice"); }\n')
+        for mode in MODES:
+            with self.subTest(f"--sandbox {mode}"):
+                tests = self.attack(body, "--sandbox", mode)
+                for name in ("01_fix/add", "01_fix/twice", "01_fix/add_large"):
+                    self.assertEqual(tests[name]["score"], 0, tests[name]["output"][:500])
+                    self.assertIn("not implemented", tests[name]["output"])
+
     def test_a_swapped_report_descriptor_gets_no_report(self) -> None:
         # A man in the middle: a static initializer finds the report pipe (the first FIFO at
         # descriptor 64 or above), keeps a copy of it elsewhere, puts a pipe of its own on that

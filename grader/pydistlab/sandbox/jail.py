@@ -63,7 +63,8 @@ class TestJail:
             view = [*_base(user_ns=False), *(a for cap in caps for a in ("--cap-add", cap))]
         else:
             view = [*_base(), "--unshare-user", "--disable-userns"]
-        view += ["--size", str(TMP_SIZE_MB * 1024 * 1024), "--tmpfs", "/tmp"]
+        # A private /tmp the test's uid may write (bwrap makes a tmpfs 0755 root's otherwise).
+        view += ["--size", str(TMP_SIZE_MB * 1024 * 1024), "--perms", "1777", "--tmpfs", "/tmp"]
         binds = [p for p in self.readable if p.exists()] + [binary]
         # The folders leading to what is mounted, searchable by the test's uid (bwrap would make
         # them 0700), then the mounts: nothing else of the kit is there.
