@@ -65,7 +65,8 @@ HONEST_MORE = KIT_DEP + (
     "struct Stats {\n  static constexpr int kMax = 4;\n  int count = 0;\n  double scale{1.5};\n"
     "  Stats& operator=(const Stats&) = default;\n  double mean() const { return count ? scale / count : 0.0; }\n"
     "  void push(int v) { values_.push_back(v); count = static_cast<int>(values_.size()); }\n\n private:\n"
-    "  std::vector<int> values_{};\n  int cap_ = limit(kMax);\n};\n}\n")
+    "  std::vector<int> values_{};\n  int cap_ = limit(kMax);\n  static inline int made_ = 0;\n};\n"
+    "template <class T>\nconcept Countable = requires(T t) { t.size(); };\n}\n")
 RAW_HIDDEN_DEFINE = ('inline const char* note = R"x(\n)x" R"y(\n#undef EXPECT_TRUE\n)y";\n'
                      '#undef EXPECT_TRUE\n#define EXPECT_TRUE(c) (void)0\n')
 
@@ -178,6 +179,8 @@ class TestHeaderRule(unittest.TestCase):
             "inline variable calls setenv": (SETENV_DEP, "dep.hpp:", "initialiser calls a function"),
             "static variable": ("namespace dep { int g(); static int y = g(); }\n", "dep.hpp:", "static int y = g"),
             "brace initialiser": ("namespace dep { int g(); inline int z{ g() }; }\n", "dep.hpp:", "dynamic"),
+            "static data member": ("namespace dep { int g();\nstruct S { static inline int n = g(); };\n}\n",
+                                   "dep.hpp:", "static inline int n = g"),
             "called lambda": ("namespace dep { inline int w = [] { return 1; }(); }\n", "dep.hpp:", "dynamic"),
             "always-true comparison": (ADL_DEP.replace("  constexpr operator int() const { return 12; }\n", ""),
                                        "dep.hpp:", "declares `operator==`"),

@@ -10,9 +10,10 @@ preprocessor's output (header_view.header_lines), beyond header_rule.shape():
     following tokens): `operator==`, `operator double`, `operator()` ... A type with always-true
     comparison operators or a conversion the tests' EXPECT_* pick through argument-dependent
     lookup changes what a test means. Copy/move assignment (`operator=`) is allowed;
-  - no namespace-scope variable whose initialiser (after `=`, or in braces) calls a function
-    (`inline const int x = f();`, `static int y{g()}`): dynamic initialisation runs before the
-    kit's test main reads its control line. `constexpr` and `constinit` variables are constant
+  - no namespace-scope variable, nor static data member of a class, whose initialiser (after `=`,
+    or in braces) calls a function (`inline const int x = f();`, `static int y{g()}`,
+    `static inline int z = h();` in a class, a called lambda): dynamic initialisation runs before
+    the kit's test main reads its control line. `constexpr` and `constinit` variables are constant
     initialised and allowed.
 
 Each is allowed where the kit's versions (stub and reference) have the same thing.
@@ -50,8 +51,9 @@ def operators(tokens: list[Token]) -> dict[str, int]:
     return found
 
 
-def dynamic_inits(tokens: list[Token]) -> dict[str, int]:
-    """Namespace-scope declarations whose initialiser calls something: text -> line."""
+def dynamic_inits(tokens: list[Token], members: bool = False) -> dict[str, int]:
+    """Namespace-scope declarations, and static data members of the classes declared there, whose
+    initialiser calls something: text -> line. members: tokens are a class body."""
     found: dict[str, int] = {}
     decl: list[Token] = []
     i, n = 0, len(tokens)
@@ -68,7 +70,7 @@ def dynamic_inits(tokens: list[Token]) -> dict[str, int]:
         if t.text == "}":
             decl = []
         elif t.text == ";":
-            _judge(decl, found)
+            _judge(decl, found, members)
             decl = []
         elif t.text == "{":
             end = _group_end(tokens, i, "{", "}")
@@ -79,7 +81,9 @@ def dynamic_inits(tokens: list[Token]) -> dict[str, int]:
                 decl += tokens[i:end]
             elif "(" in words and not words & _CLASS_KEYS:   # a function body ends the declaration
                 decl = []
-            else:                                            # a class or enum body
+            else:                                            # a class or enum body: its static members
+                for d, line in dynamic_inits(tokens[i + 1:end - 1], True).items():
+                    found.setdefault(d, line)
                 decl += [t, tokens[end - 1]]
             i = end
             continue
@@ -111,9 +115,11 @@ def _group_end(tokens: list[Token], i: int, open_: str, close: str) -> int:
     return len(tokens)
 
 
-def _judge(decl: list[Token], found: dict[str, int]) -> None:
+def _judge(decl: list[Token], found: dict[str, int], members: bool) -> None:
     words = {t.text for t in decl}
-    if not decl or words & {"constexpr", "constinit", "using", "typedef", "friend", "static_assert"}:
+    if not decl or words & {"constexpr", "constinit", "using", "typedef", "friend", "static_assert", "concept"}:
+        return
+    if members and "static" not in words:     # a default member initialiser runs in the constructor
         return
     start = next((k for k, t in enumerate(decl) if t.text in ("=", "{")), -1)
     if start < 0 or ("=" not in _top(decl) and decl[start].text != "{"):
