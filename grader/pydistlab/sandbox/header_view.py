@@ -29,9 +29,9 @@ import tempfile
 from pathlib import Path
 
 from .. import manifest as mf
-from . import header_code
 from .bwrap import BuildPlan
 from .cpp_tokens import Token, directives, iter_tokens, tokenize
+from .header_code import problems as code_problems
 from .header_rule import HEADER_SUFFIXES, STD_HEADERS, _code, check_header, kit_shape, kit_versions, shape
 
 PREPROCESS_TIMEOUT_S = 20
@@ -179,7 +179,7 @@ def judge(name: str, output: str, header: Path, kit_texts: list[str]) -> str:
         return (f"{name}:{line}: includes `{path}`: an owned header may include only standard headers "
                 f"(`#include <vector>`) and the files the kit's version includes")
     problems = shape(tokens, kit_shape(kit_texts)).problems + \
-        header_code.problems(tokens, [_code(tokenize(v)) for v in kit_texts])
+        code_problems(tokens, [_code(tokenize(v)) for v in kit_texts])
     if problems:
         line, what = min(problems, key=lambda p: p[0])     # on one line, the namespace rules' reason first
         return f"{name}:{line}: {what}"
