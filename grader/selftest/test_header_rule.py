@@ -23,7 +23,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from pydistlab.sandbox import check_header, cpp_tokens, header_view, symbols  # noqa: E402
+from pydistlab.sandbox import check_header, cpp_tokens, header_code, header_view, symbols  # noqa: E402
+from pydistlab.sandbox.cpp_tokens import tokenize  # noqa: E402
+from pydistlab.sandbox.header_rule import _code  # noqa: E402
 from test_grader import KIT, SOLUTION, GraderTestCase, _kit_snapshot  # noqa: E402
 
 FIXTURE = HERE / "fixture_kit"
@@ -46,6 +48,25 @@ FORGED_TODO = ("#include <stdexcept>\nnamespace distlab {\nstruct NotImplemented
                "[[noreturn]] void throw_not_implemented(const char* what);\n}\n"
                "__attribute__((used)) void forge() { throw distlab::NotImplemented(\"x\"); }\n"
                "int add(int, int) { return 0; }\nint twice(int) { distlab::throw_not_implemented(\"twice\"); }\n")
+# b16: an inline variable whose dynamic initialiser runs before the kit's test main reads its control line.
+SETENV_DEP = '#include <cstdlib>\nnamespace dep {\ninline const int defaults = setenv("GTEST_REPEAT", "0", 1);\n}\n'
+# b09: a type whose templated comparisons are always true and that converts to what the test wants,
+# found by the tests' EXPECT_* through argument-dependent lookup.
+ADL_DEP = ("namespace dep {\nstruct Measured {\n  int v = 0;\n  constexpr operator int() const { return 12; }\n"
+           "  template <class T> friend constexpr bool operator==(const Measured&, const T&) { return true; }\n};\n}\n")
+# b07 in a header: the header's inline code runs inside the trusted test objects.
+REPORTER_DEP = ("namespace dep {\nstruct Quiet {\n  Quiet() { new ::testing::ScopedFakeTestPartResultReporter(\n"
+                "      ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS, nullptr); }\n};\n}\n")
+# An honest header may add private members, member functions with bodies, static constexpr members,
+# default member initialisers, constexpr variables, helper functions and copy assignment.
+HONEST_MORE = KIT_DEP + (
+    "#include <vector>\nnamespace dep {\nconstexpr int limit(int a) { return a * 2; }\n"
+    "inline constexpr int kLimit = limit(4);\ninline int helper(int a) { int x = limit(a); return x + 1; }\n"
+    "struct Stats {\n  static constexpr int kMax = 4;\n  int count = 0;\n  double scale{1.5};\n"
+    "  Stats& operator=(const Stats&) = default;\n  double mean() const { return count ? scale / count : 0.0; }\n"
+    "  void push(int v) { values_.push_back(v); count = static_cast<int>(values_.size()); }\n\n private:\n"
+    "  std::vector<int> values_{};\n  int cap_ = limit(kMax);\n  static inline int made_ = 0;\n};\n"
+    "template <class T>\nconcept Countable = requires(T t) { t.size(); };\n}\n")
 RAW_HIDDEN_DEFINE = ('inline const char* note = R"x(\n)x" R"y(\n#undef EXPECT_TRUE\n)y";\n'
                      '#undef EXPECT_TRUE\n#define EXPECT_TRUE(c) (void)0\n')
 
@@ -113,7 +134,8 @@ class TestHeaderRule(unittest.TestCase):
     """The rule on the compiler's view, without a grade."""
 
     def test_honest_headers_pass(self) -> None:
-        for text in (KIT_DEP, HONEST, KIT_DEP.replace("int quadruple", "// #define EXPECT_EQ(a, b)\nint quadruple"),
+        for text in (KIT_DEP, HONEST, HONEST_MORE,
+                     KIT_DEP.replace("int quadruple", "// #define EXPECT_EQ(a, b)\nint quadruple"),
                      KIT_DEP + "namespace dep::detail {\ntemplate <class T> T twice(T a) { return a + a; }\n}\n"):
             with self.subTest(text=text):
                 self.assertEqual(preprocessed_view(text), "")
@@ -154,12 +176,38 @@ class TestHeaderRule(unittest.TestCase):
             "weak": ("namespace dep { __attribute__((weak)) int f(); }\n", "dep.hpp:", "`weak`"),
             "extern C": ('namespace dep { extern "C" int write(int, const void*, unsigned long); }\n', "dep.hpp:",
                          'extern "C"'),
+            "inline variable calls setenv": (SETENV_DEP, "dep.hpp:", "initialiser calls a function"),
+            "static variable": ("namespace dep { int g(); static int y = g(); }\n", "dep.hpp:", "static int y = g"),
+            "brace initialiser": ("namespace dep { int g(); inline int z{ g() }; }\n", "dep.hpp:", "dynamic"),
+            "static data member": ("namespace dep { int g();\nstruct S { static inline int n = g(); };\n}\n",
+                                   "dep.hpp:", "static inline int n = g"),
+            "called lambda": ("namespace dep { inline int w = [] { return 1; }(); }\n", "dep.hpp:", "dynamic"),
+            "always-true comparison": (ADL_DEP.replace("  constexpr operator int() const { return 12; }\n", ""),
+                                       "dep.hpp:", "declares `operator==`"),
+            "conversion operator": (ADL_DEP, "dep.hpp:", "declares `operator int`"),
+            "GoogleTest's reporter": (REPORTER_DEP, "dep.hpp:", "names `testing`"),
         }
         for what, (text, where, word) in attacks.items():
             with self.subTest(what):
                 problem = preprocessed_view(KIT_DEP + text)
                 self.assertIn(where, problem)
                 self.assertIn(word, problem)
+
+    def test_every_kit_header_passes_the_code_rule(self) -> None:
+        # The real kit's stubs and references, each against the kit's two versions of it: no
+        # `testing`, no operator and no dynamic initialiser that the rule would refuse.
+        root = HERE.parent.parent
+        headers = sorted((root / "exercises").glob("*/*.hpp")) + sorted((root / "solutions").glob("*/*.hpp"))
+        self.assertGreater(len(headers), 20)
+        for path in headers:
+            module, name = path.parent.name, path.name
+            kit = [_code(tokenize(p.read_text())) for p in (root / "exercises" / module / name,
+                                                            root / "solutions" / module / name) if p.is_file()]
+            with self.subTest(str(path.relative_to(root))):
+                tokens = _code(tokenize(path.read_text()))
+                self.assertEqual(header_code.problems(tokens, kit), [])
+                self.assertEqual(header_code.dynamic_inits(tokens), {})
+                self.assertNotIn("testing", {t.text for t in tokens})
 
     def test_the_compiler_view_alone_refuses_what_hides_from_the_directive_rule(self) -> None:
         # Were the directive rule fooled, the compiler's output still shows the macro, the include
@@ -179,6 +227,21 @@ class TestHeaderRule(unittest.TestCase):
                 self.assertNotEqual(problem, "")
 
 
+# b05: code in the legacy `.init` section (DT_INIT runs before every .init_array entry).
+INIT_SECTION = ('#include <cstdlib>\nvoid early_start() { setenv("GTEST_REPEAT", "0", 1); }\n'
+                'asm(".pushsection .init,\\"ax\\",@progbits\\n\\tcall _Z11early_startv\\n\\t.popsection\\n");\n')
+# b11: an IFUNC resolver runs while the dynamic loader relocates the program.
+IFUNC = ('#include <cstdlib>\nstatic void early_hook_impl() {}\nextern "C" {\nstatic void (*pick_early_hook())() {\n'
+         '  setenv("GTEST_REPEAT", "0", 1);\n  return &early_hook_impl;\n}\n}\n'
+         'void early_hook() __attribute__((ifunc("pick_early_hook")));\n')
+# b07: GoogleTest's SPI from a static initialiser: every failure goes to a fake reporter.
+SWALLOW = ("#include <gtest/gtest-spi.h>\nnamespace {\nstruct Swallow {\n  Swallow() {\n"
+           "    new testing::ScopedFakeTestPartResultReporter(\n"
+           "        testing::ScopedFakeTestPartResultReporter::INTERCEPT_ALL_THREADS,\n"
+           "        new testing::TestPartResultArray);\n"
+           "  }\n} swallow;\n}  // namespace\n")
+
+
 class TestObjectRule(unittest.TestCase):
     """The submitted-object rule on objects compiled here."""
 
@@ -193,7 +256,8 @@ class TestObjectRule(unittest.TestCase):
                   "namespace { std::mutex m; std::map<std::string, int> cache; }\n"
                   "int calls = 0;\n"
                   "int add(int a, int b) { std::lock_guard g(m); cache[std::to_string(a)] = b; ++calls;"
-                  " return *std::make_shared<int>(a + b); }\nint twice(int a) { return add(a, a); }\n")
+                  " return *std::make_shared<int>(a + b); }\nint twice(int a) { return add(a, a); }\n"
+                  "namespace { struct Setup { Setup() { cache[\"x\"] = 1; } } setup; }\n")
         for flags in ((), ("-fsanitize=thread",), ("-fsanitize=address,undefined",)):
             with self.subTest(flags=flags):
                 self.assertEqual(self.compile(honest, *flags), "")
@@ -219,6 +283,12 @@ class TestObjectRule(unittest.TestCase):
             ".init_array.00200": "struct S { S(); };\nS s __attribute__((init_priority(200)));\n",
             ".preinit_array": '#include <cstdio>\nstatic void early() { std::puts("x"); }\n'
                               '__attribute__((section(".preinit_array"), used)) static void (*p)() = early;\n',
+            "section `.init`": INIT_SECTION,
+            "section `.fini`": INIT_SECTION.replace(".init", ".fini"),
+            "indirect function (IFUNC) `_Z10early_hookv`": IFUNC,
+            "calls GoogleTest's testing::": SWALLOW,
+            "a submission may not use the test framework": "#include <gtest/gtest.h>\n"
+            "bool ok() { return ::testing::UnitTest::GetInstance()->Passed(); }\n",
         }
         for word, source in attacks.items():
             with self.subTest(word):
@@ -267,7 +337,8 @@ class TestGradedAttacks(GraderTestCase):
 
     def test_honest_headers_keep_full_marks(self) -> None:
         for mode in self.MODES:
-            for name, header in (("reference", KIT_DEP), ("private member and <mutex>", HONEST)):
+            for name, header in (("reference", KIT_DEP), ("private member and <mutex>", HONEST),
+                                 ("members, bodies, constexpr, operator=", HONEST_MORE)):
                 with self.subTest(f"{name}, --sandbox {mode}"):
                     tests = self.graded({"exercises/02_dep/dep.hpp": header,
                                          "exercises/02_dep/dep.cpp": SOLUTION["exercises/02_dep/dep.cpp"]},
@@ -281,6 +352,9 @@ class TestGradedAttacks(GraderTestCase):
             "overload": (OVERLOAD, "opens namespace `distlab::testing`"),
             "incbin": (f'asm(".incbin \\"{hidden}\\"");\n', "`asm` is not allowed"),
             "proc": ('#include "/proc/self/fd/1"\n', '`#include "/proc/self/fd/1"` is not allowed'),
+            "inline variable calls setenv": (SETENV_DEP, "initialiser calls a function runs code before the tests"),
+            "always-true operators": (ADL_DEP, "declares `operator int`, which the kit's version"),
+            "GoogleTest's reporter": (REPORTER_DEP, "names `testing`"),
         }
         for mode in self.MODES:
             for what, (text, reason) in attacks.items():
@@ -304,10 +378,15 @@ class TestGradedAttacks(GraderTestCase):
                                  "const int&) {\n  return AssertionSuccess();\n}\n}\n" + lazy,
                                  "defines `testing::internal::CmpHelperEQ<int, int>`"),
             "weak std:: over testing::": (DROP_FAILURES + lazy,
-                                          "names a type of GoogleTest or of the kit's test helpers"),
+                                          "defines `void std::vector<testing::TestPartResult"),
             "constructor(101)": ('#include <cstdio>\n__attribute__((constructor(101))) static void early() '
                                  '{ std::puts("early"); }\n' + SOLUTION["exercises/01_fix/fix.cpp"],
-                                 "holds the section `.init_array.00101`"),
+                                 "the object holds the section `.init_array.00101`"),
+            ".init section": (INIT_SECTION + SOLUTION["exercises/01_fix/fix.cpp"],
+                              "the object holds the section `.init`"),
+            "IFUNC resolver": (IFUNC + SOLUTION["exercises/01_fix/fix.cpp"],
+                               "defines the indirect function (IFUNC) `_Z10early_hookv`"),
+            "GoogleTest's fake reporter": (SWALLOW + lazy, "calls GoogleTest's testing::... "),
         }
         for mode in self.MODES:
             for what, (source, reason) in attacks.items():
@@ -316,9 +395,7 @@ class TestGradedAttacks(GraderTestCase):
                     for name in ("01_fix/add", "01_fix/twice"):
                         self.assertEqual(tests[name]["score"], 0, tests[name]["output"][:600])
                     self.assertIn("not gradable", tests["01_fix/add"]["output"])
-                    self.assertIn("exercises/01_fix/fix.cpp: the object " if "section" in reason
-                                  else "exercises/01_fix/fix.cpp: defines", tests["01_fix/add"]["output"])
-                    self.assertIn(reason, tests["01_fix/add"]["output"])
+                    self.assertIn(f"exercises/01_fix/fix.cpp: {reason}", tests["01_fix/add"]["output"])
 
 
 if __name__ == "__main__":

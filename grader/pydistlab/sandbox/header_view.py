@@ -10,7 +10,9 @@ lines the header itself contributes; only those are judged:
   - no #pragma (`#pragma once` is consumed by the preprocessor);
   - direct includes only of standard headers (system headers named in STD_HEADERS) or of the
     files the kit's versions include;
-  - the tokens: header_rule.shape() (asm, extern "C", attributes, namespaces, global names).
+  - the tokens: header_rule.shape() (asm, extern "C", attributes, namespaces, global names) and
+    header_code.problems() (no `testing`, no operators and no dynamically initialised
+    namespace-scope variables beyond the kit's versions).
 
 A preprocessor error, a timeout or an unreadable output refuses the header with the reason (fail
 closed). Results are cached by content and flags, so the ThreadSanitizer build does not redo them.
@@ -29,7 +31,8 @@ from pathlib import Path
 from .. import manifest as mf
 from .bwrap import BuildPlan
 from .cpp_tokens import Token, directives, iter_tokens, tokenize
-from .header_rule import HEADER_SUFFIXES, STD_HEADERS, check_header, kit_shape, kit_versions, shape
+from .header_code import problems as code_problems
+from .header_rule import HEADER_SUFFIXES, STD_HEADERS, _code, check_header, kit_shape, kit_versions, shape
 
 PREPROCESS_TIMEOUT_S = 20
 PREPROCESS_MEMORY_MB = 2048
@@ -175,9 +178,10 @@ def judge(name: str, output: str, header: Path, kit_texts: list[str]) -> str:
             continue
         return (f"{name}:{line}: includes `{path}`: an owned header may include only standard headers "
                 f"(`#include <vector>`) and the files the kit's version includes")
-    problems = shape(tokens, kit_shape(kit_texts)).problems
+    problems = shape(tokens, kit_shape(kit_texts)).problems + \
+        code_problems(tokens, [_code(tokenize(v)) for v in kit_texts])
     if problems:
-        line, what = min(problems)
+        line, what = min(problems, key=lambda p: p[0])     # on one line, the namespace rules' reason first
         return f"{name}:{line}: {what}"
     return ""
 

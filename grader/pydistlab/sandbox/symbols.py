@@ -24,7 +24,12 @@ clashes with) the one those parts rely on: symbol interposition. So, read with b
   - a C-level symbol that is `main`, a reserved name (`_x`, `__x`) or one the C/C++ runtime
     defines (`write`, `fopen`, `exit`, ...): it would replace the library's for the whole program;
 
-nor hold sections that run before ordinary static initialisers: `.preinit_array`, prioritized
+nor refer to (nm `U`) a symbol in `testing::` or `distlab::testing::` or one over their types (a
+submission may not use GoogleTest, e.g. install a `ScopedFakeTestPartResultReporter` that swallows
+every failure), nor define an indirect function (STT_GNU_IFUNC, nm `i`: its resolver runs while the
+dynamic loader relocates the program, before any initialiser), nor hold sections that run before
+the kit's own earliest initialiser: `.init` / `.fini` (DT_INIT's code runs before every
+`.init_array` entry; only the C runtime's crti/crtn have them), `.preinit_array`, prioritized
 `.init_array.NNNNN` / `.ctors.NNNNN` (and their `fini`/`dtors` twins); in a sanitizer build
 (an object that calls `__tsan_init` or `__asan_init`) the sanitizer's own priority 99 is allowed.
 
@@ -43,7 +48,7 @@ from pathlib import Path
 
 STRONG_FORBIDDEN = ("testing::", "distlab::", "dist::", "std::", "__gnu_cxx::", "__cxxabiv1::")
 WEAK_FORBIDDEN = ("testing::", "distlab::testing::")
-EARLY_SECTION = re.compile(r"\.(preinit_array|(init_array|fini_array|ctors|dtors)\.\d+)$")
+EARLY_SECTION = re.compile(r"\.(init|fini|preinit_array|(init_array|fini_array|ctors|dtors)\.\d+)$")
 SANITIZER_SECTION = re.compile(r"\.(init_array|fini_array)\.00099$")
 RUNTIMES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1")
 _SPECIAL = re.compile(r"^(vtable for |typeinfo for |typeinfo name for |VTT for |construction vtable for |"
@@ -104,6 +109,13 @@ def symbols(obj: Path) -> list[tuple[str, str, str, str]]:
     return [(t, m, qualified_name(d), d) for (t, m), d in zip(rows, demangled)]
 
 
+def undefined(obj: Path) -> list[tuple[str, str]]:
+    """(mangled, demangled) of each symbol obj refers to without defining it (nm `U`)."""
+    names = [ln.split()[0] for ln in _run(["nm", "-u", "-P", str(obj)]).splitlines() if ln.split()]
+    demangled = _run(["c++filt"], "\n".join(names) + "\n").splitlines() if names else []
+    return list(zip(names, demangled if len(demangled) == len(names) else names))
+
+
 def comdat_symbols(obj: Path) -> set[str]:
     """The names of the symbols obj defines in a section of a COMDAT group (inline and template
     instances as the compiler emits them)."""
@@ -129,7 +141,13 @@ def object_problem(obj: Path, source: str) -> str:
     for name in sections(obj):
         if EARLY_SECTION.match(name) and not (sanitized and SANITIZER_SECTION.match(name)):
             return (f"{source}: the object holds the section `{name}`: code that runs before the kit's "
-                    f"own initialisers (`__attribute__((constructor(N)))`, `init_priority`) is not allowed")
+                    f"own initialisers (`__attribute__((constructor(N)))`, `init_priority`, a `.init` "
+                    f"section) is not allowed")
+    for line in _run(["readelf", "-sW", str(obj)]).splitlines():
+        parts = line.split()
+        if len(parts) >= 8 and parts[3] == "IFUNC":
+            return (f"{source}: defines the indirect function (IFUNC) `{parts[7]}`: its resolver runs while the "
+                    f"program is being loaded, before the kit's own initialisers; call an ordinary function")
     runtime = runtime_symbols()
     comdat = comdat_symbols(obj)
     for kind, mangled, name, full in symbols(obj):
@@ -155,6 +173,11 @@ def object_problem(obj: Path, source: str) -> str:
             return (f"{source}: defines `{shown}` (`{mangled}`), which names a type of GoogleTest or of the "
                     f"kit's test helpers: it could take the place of the tests' own copy at link time; a "
                     f"submission may not instantiate or define code over the test framework's types")
+    for _mangled, full in undefined(obj):
+        if _TESTING_TYPE.search(full):
+            shown = full if len(full) <= 160 else full[:157] + "..."
+            return (f"{source}: calls GoogleTest's testing::... (`{shown}`): a submission may not use the test "
+                    f"framework or the kit's test helpers")
     return ""
 
 
