@@ -49,6 +49,17 @@ FORGED_TODO = ("#include <stdexcept>\nnamespace distlab {\nstruct NotImplemented
                "__attribute__((used)) void forge() { throw distlab::NotImplemented(\"x\"); }\n"
                "int add(int, int) { return 0; }\nint twice(int) { distlab::throw_not_implemented(\"twice\"); }\n")
 # b16: an inline variable whose dynamic initialiser runs before the kit's test main reads its control line.
+#: A test macro used in the header: in the tests (which include GoogleTest first) it expands to code
+#: that names ::testing (here it makes a never-deleted reporter that drops every failure); alone, the
+#: header shows only the macro's name and a fallback variable.
+MACRO_DEP = ("namespace dep {\ninline constexpr int gtest_fatal_failure_checker = 0;\n"
+             "inline void(EXPECT_NO_FATAL_FAILURE)(int) {}\n"
+             "template <class C, class R> R report_arg(void (C::*)(const R&));\n"
+             "template <class H> struct Quiet : H {\n"
+             "  using Part = decltype(report_arg(&H::ReportTestPartResult));\n"
+             "  void ReportTestPartResult(const Part&) override {}\n};\n"
+             "struct Hook {\n  Hook() {\n    EXPECT_NO_FATAL_FAILURE(\n"
+             "        (void)sizeof(decltype(gtest_fatal_failure_checker)));\n  }\n};\ninline Hook hook;\n}\n")
 SETENV_DEP = '#include <cstdlib>\nnamespace dep {\ninline const int defaults = setenv("GTEST_REPEAT", "0", 1);\n}\n'
 # b09: a type whose templated comparisons are always true and that converts to what the test wants,
 # found by the tests' EXPECT_* through argument-dependent lookup.
@@ -355,6 +366,7 @@ class TestGradedAttacks(GraderTestCase):
             "inline variable calls setenv": (SETENV_DEP, "initialiser calls a function runs code before the tests"),
             "always-true operators": (ADL_DEP, "declares `operator int`, which the kit's version"),
             "GoogleTest's reporter": (REPORTER_DEP, "names `testing`"),
+            "a test macro expanded in the tests": (MACRO_DEP, "names `testing`"),
         }
         for mode in self.MODES:
             for what, (text, reason) in attacks.items():

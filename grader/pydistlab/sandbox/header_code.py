@@ -75,11 +75,12 @@ def dynamic_inits(tokens: list[Token], members: bool = False) -> dict[str, int]:
         elif t.text == "{":
             end = _group_end(tokens, i, "{", "}")
             words = {x.text for x in decl}
-            initialiser = "=" in _top(decl) or (bool(decl) and decl[-1].kind == "id" and "(" not in words
-                                                and not words & (_CLASS_KEYS | {"operator"}))
+            top = set(_top(decl))   # (`class` in a template's parameter list names no class here)
+            initialiser = "=" in top or (bool(decl) and decl[-1].kind == "id" and "(" not in words
+                                         and not top & (_CLASS_KEYS | {"operator"}))
             if initialiser:
                 decl += tokens[i:end]
-            elif "(" in words and not words & _CLASS_KEYS:   # a function body ends the declaration
+            elif "(" in words and not top & _CLASS_KEYS:   # a function body ends the declaration
                 decl = []
             else:                                            # a class or enum body: its static members
                 for d, line in dynamic_inits(tokens[i + 1:end - 1], True).items():

@@ -60,9 +60,17 @@ def compile_flags(plan: BuildPlan, module: str) -> tuple[str, list[str]]:
     return argv[0], flags
 
 
+#: What a test includes before the module's header: GoogleTest and the kit's test helpers. The
+#: header is preprocessed after them, as in the tests, so that a test macro it uses (EXPECT_..., whose
+#: expansion names ::testing) is judged as the tests compile it, not as an unknown name.
+AS_THE_TESTS_SEE_IT = ("#include <gtest/gtest.h>\n"
+                       "#if __has_include(\"distlab_testing.hpp\")\n#include \"distlab_testing.hpp\"\n#endif\n")
+
+
 def preprocess(header: Path, compiler: str, flags: list[str], prefix: list[str], cwd: Path) -> tuple[str, str]:
-    """(the `-E -dD` output of a file that includes header, "" or why it failed). The output
-    and errors go to files, not pipes: `#include "/proc/self/fd/1"` reads a finite file."""
+    """(the `-E -dD` output of a file that includes the tests' own headers, then header; "" or why
+    it failed). The output and errors go to files, not pipes: `#include "/proc/self/fd/1"` reads a
+    finite file."""
     argv = [*prefix, "prlimit", f"--as={PREPROCESS_MEMORY_MB << 20}", f"--cpu={PREPROCESS_TIMEOUT_S}",
             f"--fsize={PREPROCESS_OUTPUT_MB << 20}", "--core=0", "--",
             compiler, *flags, "-E", "-dD", "-fno-diagnostics-show-caret", "-x", "c++", "-"]
@@ -70,7 +78,7 @@ def preprocess(header: Path, compiler: str, flags: list[str], prefix: list[str],
         p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=cwd,
                              start_new_session=True)
         try:
-            p.communicate(f'#include "{header}"\n'.encode(), timeout=PREPROCESS_TIMEOUT_S)
+            p.communicate((AS_THE_TESTS_SEE_IT + f'#include "{header}"\n').encode(), timeout=PREPROCESS_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
@@ -198,7 +206,7 @@ def check_one(owned: str, module: str, plan: BuildPlan, prefix: list[str], kit: 
     if problem:
         return problem
     compiler, flags = compile_flags(plan, module)
-    key = hashlib.sha256(repr((owned, data, texts, compiler, flags)).encode()).hexdigest()
+    key = hashlib.sha256(repr((owned, data, texts, compiler, flags, AS_THE_TESTS_SEE_IT)).encode()).hexdigest()
     if key not in _cache:
         output, failed = preprocess(path, compiler, flags, prefix, plan.build)
         _cache[key] = f"{owned}: {failed}" if failed else judge(owned, output, path, texts)
