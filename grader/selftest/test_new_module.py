@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "grader"))
 
-from pydistlab import hints, manifest as mf, stubs, tree  # noqa: E402
+from pydistlab import hints, manifest as mf, promises, stubs, tree  # noqa: E402
 from pydistlab.audit import rules  # noqa: E402
 from pydistlab.commands import mutants, new_module  # noqa: E402
 from pydistlab.errors import DistlabError  # noqa: E402
@@ -35,6 +35,7 @@ NAME = "11_example"
 #: Every place a module lives (docs/authoring.md): what new-module writes.
 CREATED = ["docs/11_example.md",
            "grader/hidden/11_example/CMakeLists.txt", "grader/hidden/11_example/items.toml",
+           "grader/hidden/11_example/promises.toml",
            "grader/hidden/11_example/test_example_hidden.cpp", "grader/hints/11_example.toml",
            "grader/mutants/11_example/add_subtracts/mutant.patch",
            "grader/tests/11_example/CMakeLists.txt", "grader/tests/11_example/test_example.cpp",
@@ -63,7 +64,7 @@ class TestNewModuleFiles(unittest.TestCase):
     def test_every_place_a_module_lives(self) -> None:
         before = {p: (self.root / p).read_text() for p in EDITED}
         written = new_module.create(self.root, NAME, "an example module")
-        self.assertEqual(written, sorted(CREATED[:13]) + CREATED[13:] + EDITED)
+        self.assertEqual(written, sorted(CREATED[:14]) + CREATED[14:] + EDITED)
         for p in EDITED:
             self.assertNotEqual((self.root / p).read_text(), before[p], p)
         man = mf.load(self.root / "grader/manifest.toml")
@@ -76,6 +77,7 @@ class TestNewModuleFiles(unittest.TestCase):
         cmake = (self.root / "CMakeLists.txt").read_text()
         self.assertRegex(cmake, r"set\(DISTLAB_MODULES [^)]*10_streams\s+11_example\)")
         self.assertIn("| [11_example](exercises/11_example/) |", (self.root / "README.md").read_text())
+        self.assertEqual(promises.check(NAME, self.root), [])
 
     def test_stub_hints_mutant_and_audit(self) -> None:
         new_module.create(self.root, NAME, "an example module")

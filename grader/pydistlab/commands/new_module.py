@@ -123,6 +123,17 @@ tests = [
   {{ name = "hidden_add", filter = "HiddenAdd.*", points = 1 }},
 ]
 """,
+        f"{h}/promises.toml": f"""# The promise ledger of {name} (instructors; grader/pydistlab/promises.py): one row
+# per promise a student could break, the condition where breaking it shows, the tests observing it.
+
+[[promise]]
+id = "add.sum"
+where = "{s}/{topic}.hpp"
+says = "The sum of a and b"
+kind = "values"
+condition = "positive, negative and large arguments"
+tests = ["Add.SmallNumbers", "hidden:HiddenAdd.LargeNumbers"]
+""",
         f"grader/hints/{name}.toml": f'''# Hints for {name}, one table per exercise function, three levels each:
 #   ./distlab hint {name} FUNCTION [--level 1|2|3]   (idea, structure, details)
 # Written for students: they explain, they never give a line of the solution.

@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 
-from .. import deps, doc_commands, grade, manifest as mf
+from .. import deps, doc_commands, grade, manifest as mf, promises
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
@@ -117,7 +117,7 @@ def step_stubs(t: Tally) -> None:
 
 
 def step_sync(t: Tally) -> None:
-    t.step("sync: ./distlab check --stubs")
+    t.step("sync: ./distlab check --stubs, and the promise ledgers")
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         try:
@@ -128,6 +128,13 @@ def step_sync(t: Tally) -> None:
     t.check(rc == 0, "exercises/ in sync with solutions/", buf.getvalue())
     if rc == 0:
         print("    " + buf.getvalue().strip())
+    # The promise ledgers (grader/hidden/<module>/promises.toml): every promise observed by a test,
+    # every test observing a promise, every quotation found where the row says.
+    for name in mf.load().modules:
+        problems = promises.check(name)
+        t.check(not problems, f"promises: {name}'s ledger covers its tests", "\n".join(problems[:40]))
+        if not problems:
+            print(f"    {promises.summary(name)}", flush=True)
 
 
 def step_golden(t: Tally) -> None:
