@@ -1,0 +1,189 @@
+"""What the terminal tells a student: which modules a module builds on (README = manifest), every
+unfinished function of a module (from the TODO markers in its files), and "blocked by" when a
+module's tests stop in another module's unfinished function. No build: the real kit's files and
+hand-made results.
+
+Run: python3 -m unittest test_terminal -v   (from grader/selftest)
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "grader"))
+
+from pydistlab import grade, manifest as mf, report, unfinished  # noqa: E402
+from pydistlab.results import GradeRun, ItemResult, Mode, ModuleResult  # noqa: E402
+
+MODULE_NAME = re.compile(r"\b\d\d_[a-z][a-z0-9_]*\b")
+
+
+def builds_on_problems(root: Path, man: mf.Manifest) -> list[str]:
+    """Each module's README (solutions/ in the kit, exercises/ in a student repository) has one
+    "Builds on:" line near the top that names exactly the manifest's prerequisites."""
+    problems = []
+    for name in man.order:
+        readme = root / "solutions" / name / "README.md"
+        if not readme.is_file():
+            readme = root / "exercises" / name / "README.md"
+        if not readme.is_file():
+            continue
+        lines = readme.read_text(encoding="utf-8").splitlines()
+        found = [(i, line) for i, line in enumerate(lines) if line.startswith("Builds on:")]
+        if len(found) != 1 or found[0][0] > 10:
+            problems.append(f"{readme.relative_to(root)}: needs one 'Builds on:' line in its first 10 "
+                            f"lines (found {len(found)})")
+            continue
+        said = MODULE_NAME.findall(found[0][1])
+        want = man.modules[name].prerequisites if name in man.modules else []
+        if sorted(said) != sorted(want):
+            problems.append(f"{readme.relative_to(root)}: 'Builds on:' names {said or 'no module'}, "
+                            f"grader/manifest.toml's prerequisites are {want or 'none'}")
+        if not want and "no earlier module" not in found[0][1]:
+            problems.append(f"{readme.relative_to(root)}: 'Builds on:' should say 'no earlier module'")
+    return problems
+
+
+class TestBuildsOn(unittest.TestCase):
+    def test_every_readme_states_the_manifest_prerequisites(self) -> None:
+        self.assertEqual(builds_on_problems(ROOT, mf.load()), [])
+
+    def test_a_wrong_line_is_caught(self) -> None:
+        man = mf.load()
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d)
+            for name in man.order:
+                src = ROOT / "solutions" / name / "README.md"
+                dst = root / "exercises" / name / "README.md"
+                dst.parent.mkdir(parents=True)
+                dst.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+            self.assertEqual(builds_on_problems(root, man), [])
+            seven = root / "exercises" / "07_pipeline" / "README.md"
+            seven.write_text(seven.read_text().replace("Builds on: 05_mlp", "Builds on: 03_collectives"))
+            one = root / "exercises" / "01_threads" / "README.md"
+            one.write_text("\n".join(line for line in one.read_text().splitlines()
+                                     if not line.startswith("Builds on:")))
+            problems = builds_on_problems(root, man)
+            self.assertEqual(len(problems), 2, problems)
+            self.assertIn("07_pipeline/README.md: 'Builds on:' names ['03_collectives']", problems[1])
+            self.assertIn("01_threads/README.md: needs one 'Builds on:' line", problems[0])
+
+
+class TestUnfinishedFunctions(unittest.TestCase):
+    def test_markers_in_code_only_each_function_once(self) -> None:
+        text = (
+            '// DISTLAB_TODO("a comment is not a marker")\n'
+            "namespace pp {\n"
+            "const Matrix& Stage::forward(const Matrix& x,\n"
+            "                             int microbatch) {\n"
+            "  if (x.cols() != 3) throw std::invalid_argument(\"f(x)\");\n"
+            '  DISTLAB_TODO("first part (README: Task 2)");\n'
+            '  DISTLAB_TODO("second part");\n'
+            "}\n"
+            "/* DISTLAB_TODO(\"in a block comment\") */\n"
+            "template <typename T>\n"
+            "std::vector<T> gather_all(std::span<const T> in) {\n"
+            '  const char* s = "DISTLAB_TODO(not code)";\n'
+            "  if (in.empty()) {\n"
+            '    DISTLAB_TODO("nested in a block");\n'
+            "  }\n"
+            "}\n"
+            "int done(int a) { return a; }\n"
+            "}  // namespace pp\n")
+        found = unfinished.todos(text, "exercises/07_pipeline/pipeline.cpp")
+        self.assertEqual([(t.line, t.function) for t in found],
+                         [(6, "Stage::forward"), (7, "Stage::forward"), (14, "gather_all")])
+        self.assertEqual(unfinished.function_names(found), ["Stage::forward", "gather_all"])
+
+    def test_the_kits_stubs_list_every_todo_and_the_solutions_none(self) -> None:
+        man = mf.load()
+        for name in man.order:
+            owned = man.modules[name].owned
+            stubs = unfinished.module_todos(ROOT, owned)
+            markers = sum(len(re.findall(r"^\s*DISTLAB_TODO\(", (ROOT / f).read_text(), re.M))
+                          for f in owned if (ROOT / f).is_file())
+            self.assertEqual(len(stubs), markers, name)
+            self.assertTrue(all(t.function for t in stubs), [t for t in stubs if not t.function])
+            refs = [f.replace("exercises/", "solutions/", 1) for f in owned]
+            self.assertEqual(unfinished.module_todos(ROOT, refs), [], name)
+        seven = unfinished.function_names(unfinished.module_todos(ROOT, man.modules["07_pipeline"].owned))
+        self.assertEqual(len(seven), 16)
+        self.assertEqual(seven[:3], ["stage_layers", "Stage::forward", "Stage::backward"])
+        self.assertIn("one_f_one_b_plan", seven)
+
+    def test_module_of_a_path(self) -> None:
+        self.assertEqual(unfinished.module_of_path("exercises/05_mlp/mlp.cpp"), "05_mlp")
+        self.assertEqual(unfinished.module_of_path("/tmp/x/exercises/07_pipeline/pipeline.cpp"), "07_pipeline")
+        self.assertEqual(unfinished.module_of_path("support/src/todo.cpp"), "")
+
+
+def _todo_reason(path: str, function: str) -> str:
+    """The reason runner._headline gives an item that reached `function`'s TODO in the kit's stub."""
+    todo = next(t for t in unfinished.todos((ROOT / path).read_text(), path) if t.function == function)
+    return f"not implemented at {path}:{todo.line}: the goal (README: Task 2)"
+
+
+class TestBlockedBy(unittest.TestCase):
+    """07's tests run the student's 05 MLP: a TODO of 05 reached from 07 is 05's, said once as
+    "blocked by 05_mlp: MLP::forward", and 07's own unfinished functions are all listed."""
+
+    def grade_07(self, items: list[tuple[str, bool, str]]) -> tuple[GradeRun, ModuleResult]:
+        man = mf.load()
+        mod = man.modules["07_pipeline"]
+        res = ModuleResult(mod)
+        by_name = {t.name: t for t in mod.items(False)}
+        for name, passed, reason in items:
+            res.items.append(ItemResult(by_name[name], passed, reason, "", 0.1))
+        grade._find_unfinished(res, ROOT)
+        run = GradeRun("student", Mode.STUDENT, False, [res])
+        return run, res
+
+    def test_a_prerequisites_todo_blocks_and_every_own_function_is_listed(self) -> None:
+        names = [t.name for t in mf.load().modules["07_pipeline"].items(False)]
+        mlp = "exercises/05_mlp/mlp.cpp"
+        items = [(names[0], False, _todo_reason(mlp, "MLP::forward")),
+                 (names[1], False, _todo_reason(mlp, "linear_forward")),
+                 (names[2], False, _todo_reason("exercises/07_pipeline/pipeline.cpp", "stage_layers")),
+                 (names[3], False, "all_reduce gave 3 at element 0, expected 6")]
+        items += [(n, True, "") for n in names[4:]]
+        run, res = self.grade_07(items)
+        self.assertEqual(res.blocked_by, {"05_mlp": ["MLP::forward", "linear_forward"]})
+        self.assertEqual(report.module_status(res), "blocked by 05_mlp")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.print_table(run)
+        text = out.getvalue()
+        self.assertIn("07_pipeline: blocked by 05_mlp: MLP::forward, linear_forward", text)
+        self.assertIn(f"07_pipeline/{names[3]}: all_reduce gave 3 at element 0, expected 6", text)
+        todo = text.split("not implemented yet (")[1]
+        self.assertTrue(todo.startswith("16 functions"), todo)
+        for fn in unfinished.function_names(unfinished.module_todos(ROOT, res.module.owned)):
+            self.assertIn(fn, todo)
+        self.assertNotIn("MLP::forward", todo)   # 05's, not 07's
+        self.assertNotIn(f"07_pipeline/{names[0]}:", text)
+        md = report.markdown(run)
+        self.assertIn("- blocked by 05_mlp: MLP::forward, linear_forward", md)
+        self.assertIn("- not implemented yet: stage_layers, Stage::forward", md)
+        summary = "\n".join(report.summary_lines(run))
+        self.assertIn("  blocked by 05_mlp: MLP::forward, linear_forward", summary)
+
+    def test_full_marks_lists_nothing(self) -> None:
+        names = [t.name for t in mf.load().modules["07_pipeline"].items(False)]
+        run, res = self.grade_07([(n, True, "") for n in names])
+        self.assertEqual(res.blocked_by, {})
+        self.assertEqual(report.unfinished_functions(res), [])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.print_table(run)
+        self.assertNotIn("not implemented yet", out.getvalue())
+
+
+if __name__ == "__main__":
+    unittest.main()
