@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import sys
 import tempfile
@@ -183,6 +184,28 @@ class TestBlockedBy(unittest.TestCase):
         with contextlib.redirect_stdout(out):
             report.print_table(run)
         self.assertNotIn("not implemented yet", out.getvalue())
+
+
+class TestRunSaysOnce(unittest.TestCase):
+    """`./distlab run` on a half-done module: the unfinished functions once, before the run, and
+    none of the program's per-row "not implemented" lines."""
+
+    def test_rows_about_unfinished_functions_are_left_out_and_counted(self) -> None:
+        from pydistlab.commands import run
+        prog = ("import sys\n"
+                "print('algorithm   p  time')\n"
+                "for p in (2, 3, 4):\n"
+                "    print(f'ring        {p}  not implemented')\n"
+                "    print(f'tree        {p}  {p * 1.5} us')\n"
+                "print('error: not implemented: broadcast_ring', file=sys.stderr)\n"
+                "sys.exit(3)\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = run.run_collapsed([sys.executable, "-c", prog], dict(os.environ))
+        self.assertEqual(rc, 3)
+        self.assertEqual(out.getvalue().splitlines(),
+                         ["algorithm   p  time", "tree        2  3.0 us", "tree        3  4.5 us",
+                          "tree        4  6.0 us", "(4 lines about unfinished functions left out)"])
 
 
 if __name__ == "__main__":
