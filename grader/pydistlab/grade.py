@@ -27,7 +27,7 @@ import re
 import time
 from pathlib import Path
 
-from . import deps, manifest as mf, sandbox, unfinished, workspace as ws
+from . import deadlock, deps, manifest as mf, sandbox, unfinished, workspace as ws
 from .errors import DistlabError
 from .grading import items, passes, plan
 from .grading.builds import BuildRun, build_modules
@@ -122,9 +122,15 @@ def todo_place(reason: str) -> tuple[str, int] | None:
 
 def _find_unfinished(res: ModuleResult, src: Path) -> None:
     """Fills in what the module's files leave unwritten (their TODO markers, as graded) and the
-    other modules' unfinished functions its failed items reached ("blocked by")."""
+    other modules' unfinished functions its failed items reached ("blocked by"); a deadlock's
+    reason and output get the module's tag names and advice (deadlock.py)."""
     res.unfinished = unfinished.function_names(unfinished.module_todos(src, res.module.owned))
+    tags = deadlock.tag_names(src / "exercises" / res.module.name)
+    advice = deadlock.load_advice().get(res.module.name, {})
     for r in res.items:
+        if not r.passed and "deadlock:" in r.reason:
+            r.reason = deadlock.explain(r.reason, tags, advice)
+            r.output = "\n".join(deadlock.explain(line, tags, advice) for line in r.output.split("\n"))
         place = None if r.passed else todo_place(r.reason)
         if place is None:
             continue

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from . import unfinished
+from . import deadlock, unfinished
 from .paths import ROOT
 from .results import GradeRun, ModuleResult
 
@@ -254,8 +254,9 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
         for r in m.items:
             if r.passed or _todo_function(r.reason, m.module.name) is not None:
                 continue   # a TODO: listed below (its own) or in the "blocked by" line
+            stuck = deadlock.terminal_lines(r.reason)
             reason = r.reason if len(r.reason) <= 150 else r.reason[:147] + "..."
-            failed.append(f"{r.item.full_name}: {reason}")
+            failed.append(f"{r.item.full_name}: " + ("\n    ".join(stuck) if stuck else reason))
             if _crashed(r.reason):
                 crashed.append(m.module.name)
         fns = unfinished_functions(m)

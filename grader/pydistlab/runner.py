@@ -26,6 +26,7 @@ _parse_xml = gtest_report.parse_xml   # (the name the self-test's older checks u
 OUTPUT_CAP = 10 * 1024            # bytes of output kept per test ("output truncated" beyond)
 FLOOD_LIMIT = 1024 * 1024         # more output than this fails the test at once ("output flood")
 TAIL_KEEP = 2 * 1024              # of the kept output, this much comes from the end
+DEADLOCK_CHARS = 3000            # of a deadlock report kept in the reason (other reasons: 240)
 
 
 @dataclass
@@ -104,7 +105,9 @@ def _headline(failures: list[str], output: str) -> str:
                     # that cuts the line short still names it; then the TODO text.
                     text = line[len(key):where].strip()
                     return f"not implemented at {line[where + 2:-1]}: {text}"[:240]
-                return line[:240]
+                # A deadlock whole: every rank's call and file:line (the terminal shows one rank a
+                # line, deadlock.terminal_lines).
+                return line[:DEADLOCK_CHARS if key == "deadlock:" else 240]
     for f in failures:
         # The test's own message (what follows gtest's "Expected ... Which is ..." lines) says
         # more than gtest's expression dump: take its first line when there is one.

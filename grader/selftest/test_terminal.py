@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "grader"))
 
-from pydistlab import grade, manifest as mf, report, unfinished  # noqa: E402
+from pydistlab import deadlock, grade, manifest as mf, report, runner, unfinished  # noqa: E402
 from pydistlab.results import GradeRun, ItemResult, Mode, ModuleResult  # noqa: E402
 
 MODULE_NAME = re.compile(r"\b\d\d_[a-z][a-z0-9_]*\b")
@@ -206,6 +206,95 @@ class TestRunSaysOnce(unittest.TestCase):
         self.assertEqual(out.getvalue().splitlines(),
                          ["algorithm   p  time", "tree        2  3.0 us", "tree        3  4.5 us",
                           "tree        4  6.0 us", "(4 lines about unfinished functions left out)"])
+
+    def test_a_deadlock_line_gets_the_modules_tag_names(self) -> None:
+        from pydistlab.commands import run
+        prog = "print('run_07_pipeline: rank 0: deadlock: rank 0 blocked in send(dst=1, tag=7, 2 floats)')"
+        tags = deadlock.tag_names(ROOT / "exercises" / "07_pipeline")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = run.run_collapsed([sys.executable, "-c", prog], dict(os.environ),
+                                   lambda line: deadlock.explain(line, tags, {}))
+        self.assertEqual(rc, 0)
+        self.assertEqual(out.getvalue(), "run_07_pipeline: rank 0: deadlock: rank 0 blocked in "
+                                         "send(dst=1, tag=kForwardTag (7), 2 floats)\n")
+
+
+#: The threads backend's report of 07's classic mistake (libdist/threads/diagnostics.cpp's words),
+#: as gtest quotes it: both neighbours in a synchronous send, each at the student's file:line.
+SEVEN_DEADLOCK = (
+    "C++ exception with description \"rank 1: deadlock: rank 0 blocked in send(dst=1, tag=7, "
+    "512 floats) at exercises/07_pipeline/pipeline.cpp:61; rank 1 blocked in send(dst=0, tag=8, "
+    "512 floats) at exercises/07_pipeline/pipeline.cpp:71; rank 2 blocked in wait on irecv(src=1, "
+    "tag=7, 512 floats) (started at exercises/07_pipeline/pipeline.cpp:66); rank 3 finished. Hint: "
+    "rank 0 and rank 1 both send first, and send is synchronous here (it returns only once the "
+    "matching recv took the data, as MPI may do for large messages): in an exchange step start the "
+    "send with isend, then recv, then wait on the send (the 03 README, cost model section); "
+    "ordering the calls by rank parity is also correct but takes two message times per step.\" "
+    "thrown in the test body.")
+
+
+class TestDeadlockReport(unittest.TestCase):
+    """A deadlock in a student's 07 schedule: every blocked call with its file:line, the tags by
+    07's names, and 07's advice (its paired helpers), not 03's exchange step."""
+
+    def test_the_modules_tags_and_advice(self) -> None:
+        tags = deadlock.tag_names(ROOT / "exercises" / "07_pipeline")
+        self.assertEqual(tags, {7: "kForwardTag", 8: "kBackwardTag"})
+        self.assertEqual(deadlock.tag_names(ROOT / "exercises" / "03_collectives"), {})
+        advice = deadlock.load_advice()
+        self.assertIn("send_forward_recv_backward", advice["07_pipeline"]["both_send"])
+        for module, table in advice.items():
+            self.assertIn(module, mf.load().order)
+            self.assertTrue(set(table) <= set(deadlock.PATTERNS), table)
+            # The helpers it names are the module's (declared in its header).
+            header = "\n".join(h.read_text() for h in (ROOT / "exercises" / module).glob("*.hpp"))
+            for name in re.findall(r"\b[a-z]+(?:_[a-z]+){2,}\b", " ".join(table.values())):
+                self.assertIn(name, header, f"{module}: advice names {name}, which its headers do not")
+
+    def test_headline_keeps_every_rank_and_the_terminal_shows_one_a_line(self) -> None:
+        reason = runner._headline([f"pipeline_test.cpp:40: Failure\n{SEVEN_DEADLOCK}"], "")
+        self.assertGreater(len(reason), 240)
+        self.assertTrue(reason.startswith("deadlock: rank 0 blocked in send(dst=1, tag=7"), reason)
+        self.assertIn("(started at exercises/07_pipeline/pipeline.cpp:66)", reason)
+        man = mf.load()
+        mod = man.modules["07_pipeline"]
+        res = ModuleResult(mod)
+        items = mod.items(False)
+        res.items = [ItemResult(items[0], False, reason, SEVEN_DEADLOCK, 0.2)]
+        res.items += [ItemResult(t, True, "", "", 0.1) for t in items[1:]]
+        grade._find_unfinished(res, ROOT)
+        said = res.items[0].reason
+        self.assertIn("send(dst=1, tag=kForwardTag (7), 512 floats)", said)
+        self.assertIn("send(dst=0, tag=kBackwardTag (8), 512 floats)", said)
+        self.assertIn("paired helpers send_forward_recv_backward", said)
+        self.assertNotIn("exchange step", said)
+        self.assertNotIn("03 README", said)
+        self.assertIn("tag=kForwardTag (7)", res.items[0].output)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.print_table(GradeRun("student", Mode.STUDENT, False, [res]))
+        lines = out.getvalue().splitlines()
+        start = lines.index(f"  07_pipeline/{items[0].name}: deadlock:")
+        self.assertEqual(lines[start + 1:start + 5], [
+            "      rank 0 blocked in send(dst=1, tag=kForwardTag (7), 512 floats) at "
+            "exercises/07_pipeline/pipeline.cpp:61",
+            "      rank 1 blocked in send(dst=0, tag=kBackwardTag (8), 512 floats) at "
+            "exercises/07_pipeline/pipeline.cpp:71",
+            "      rank 2 blocked in wait on irecv(src=1, tag=kForwardTag (7), 512 floats) (started at "
+            "exercises/07_pipeline/pipeline.cpp:66)",
+            "      rank 3 finished"])
+        self.assertTrue(lines[start + 5].startswith("      hint: two neighbouring stages both send first"))
+
+    def test_a_module_without_names_or_advice_keeps_the_backends_words(self) -> None:
+        text = SEVEN_DEADLOCK.split('"')[1]
+        self.assertEqual(deadlock.explain(text, {}, {}), text)
+        named = deadlock.explain(text, {8: "kBackwardTag"}, {})
+        self.assertIn("tag=7,", named)
+        self.assertIn("tag=kBackwardTag (8),", named)
+        self.assertIn("exchange step", named)
+        self.assertEqual(deadlock.explain("all_reduce gave 3, expected 6 (tag=7)", {7: "k"}, {}),
+                         "all_reduce gave 3, expected 6 (tag=7)")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from .. import manifest as mf, mpi, unfinished
+from .. import deadlock, manifest as mf, mpi, unfinished
 from ..errors import DistlabError
 from ..paths import ROOT
 from . import build
@@ -61,17 +62,23 @@ def main(a: argparse.Namespace) -> int:
     sys.stdout.flush()
     todo = [] if a.solutions or module not in man.modules else \
         unfinished.function_names(unfinished.module_todos(ROOT, man.modules[module].owned))
-    if not todo:
+    tags = deadlock.tag_names(ROOT / ("solutions" if a.solutions else "exercises") / module)
+    advice = deadlock.load_advice().get(module, {})
+    if not (todo or tags or advice):
         return subprocess.run(cmd, env=env).returncode
-    print(f"not implemented yet in exercises/{module} ({len(todo)} of its functions still hold their "
-          f"TODO): {', '.join(todo)}.\nThe program's lines about them are left out below.", flush=True)
-    return run_collapsed(cmd, env)
+    if todo:
+        print(f"not implemented yet in exercises/{module} ({len(todo)} of its functions still hold "
+              f"their TODO): {', '.join(todo)}.\nThe program's lines about them are left out below.",
+              flush=True)
+    return run_collapsed(cmd, env, lambda line: deadlock.explain(line, tags, advice))
 
 
-def run_collapsed(cmd: list[str], env: dict[str, str]) -> int:
-    """Runs cmd, passing its output through line by line except the lines that say
-    "not implemented" (the list printed before the run names those functions once); ends with how
-    many lines were left out. stderr joins stdout, so the order of the lines is kept."""
+def run_collapsed(cmd: list[str], env: dict[str, str],
+                  rewrite: Callable[[str], str] = lambda line: line) -> int:
+    """Runs cmd, passing its output through line by line (a deadlock report with the module's tag
+    names and advice: `rewrite`) except the lines that say "not implemented" (the list printed
+    before the run names those functions once); ends with how many lines were left out. stderr
+    joins stdout, so the order of the lines is kept."""
     if shutil.which("stdbuf"):
         cmd = ["stdbuf", "-oL", "-eL", *cmd]   # line by line through the pipe, as on a terminal
     left_out = 0
@@ -82,7 +89,7 @@ def run_collapsed(cmd: list[str], env: dict[str, str]) -> int:
             if TODO_WORDS in line:
                 left_out += 1
                 continue
-            sys.stdout.write(line)
+            sys.stdout.write(rewrite(line.rstrip("\n")) + ("\n" if line.endswith("\n") else ""))
             sys.stdout.flush()
         rc = proc.wait()
     if left_out:
