@@ -297,5 +297,50 @@ class TestDeadlockReport(unittest.TestCase):
                          "all_reduce gave 3, expected 6 (tag=7)")
 
 
+class TestFailingLine(unittest.TestCase):
+    """A failing item's line carries its first concrete mismatch, numbers at what they mean."""
+
+    def test_a_heading_ending_in_a_colon_gets_the_mismatch_under_it(self) -> None:
+        failure = ("test_collectives.cpp:88: Failure\nFailed\nall_reduce_ring, world size 2, count 1:\n"
+                   "  rank 0: op sum, call 1 of 2: first wrong element at index 0 of 1: got 3, expected 6\n"
+                   "  rank 1: op sum, call 1 of 2: first wrong element at index 0 of 1: got 3, expected 6")
+        self.assertEqual(runner._headline([failure], ""),
+                         "all_reduce_ring, world size 2, count 1: rank 0: op sum, call 1 of 2: "
+                         "first wrong element at index 0 of 1: got 3, expected 6")
+        # A long heading is shortened, never the mismatch.
+        long = failure.replace("all_reduce_ring, world size 2, count 1:", "x" * 300 + ":")
+        line = runner._headline([long], "")
+        self.assertLessEqual(len(line), 240)
+        self.assertTrue(line.endswith("first wrong element at index 0 of 1: got 3, expected 6"), line)
+        # A line that says it all is taken alone.
+        one = "t.cpp:1: Failure\nFailed\nbroadcast_ring, world size 3: rank 2 got 1, expected 2\n  more"
+        self.assertEqual(runner._headline([one], ""), "broadcast_ring, world size 3: rank 2 got 1, expected 2")
+
+    def test_numbers_are_rounded_to_what_they_mean(self) -> None:
+        failure = ("t.cpp:9: Failure\nFailed\nall_reduce_ring, world size 4: simulated time "
+                   "14.199999999999999 us, but the algorithm costs 28.399999999999999 us")
+        self.assertEqual(runner._headline([failure], ""),
+                         "all_reduce_ring, world size 4: simulated time 14.2 us, but the algorithm costs 28.4 us")
+        r = runner.round_numbers
+        self.assertEqual(r("got 0.10000000149011612, expected 0.20000000298023224"), "got 0.1, expected 0.2")
+        self.assertEqual(r("1.4199999999999999e-05 s"), "1.42e-05 s")
+        self.assertEqual(r("0.123456789012345678"), "0.123456789012")
+        # Short numbers, versions and places are left as they are; a real difference stays.
+        self.assertEqual(r("12.5 us, v1.2.3, t.cpp:12, 0.5"), "12.5 us, v1.2.3, t.cpp:12, 0.5")
+        self.assertEqual(r("got 14.200001, expected 14.2"), "got 14.200001, expected 14.2")
+        self.assertNotEqual(r("got 1.0000001192092896"), "got 1")   # float32's next after 1
+
+    def test_the_terminal_shows_the_whole_reason(self) -> None:
+        mod = mf.load().modules["03_collectives"]
+        items = mod.items(False)
+        reason = "all_reduce_ring, world size 2, count 1: rank 0: op sum, call 1 of 2: " + "y" * 100 + \
+            ": first wrong element at index 0 of 1: got 3, expected 6"
+        res = ModuleResult(mod, items=[ItemResult(items[0], False, reason, "", 0.1)])
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.print_table(GradeRun("student", Mode.STUDENT, False, [res]))
+        self.assertIn(f"03_collectives/{items[0].name}: {reason}", out.getvalue())
+
+
 if __name__ == "__main__":
     unittest.main()
