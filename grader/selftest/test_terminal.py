@@ -342,5 +342,52 @@ class TestFailingLine(unittest.TestCase):
         self.assertIn(f"03_collectives/{items[0].name}: {reason}", out.getvalue())
 
 
+class TestStudentRepository(unittest.TestCase):
+    """Nothing in a student repository tells the student to use what it does not contain."""
+
+    def test_the_release_points_at_nothing_left_out(self) -> None:
+        from pydistlab.commands import release
+        files = release.release_files()
+        self.assertEqual(release.instructor_only_mentions(files), [])
+        # The kit's own texts do offer the reference: the release rewrote them.
+        seven = files["exercises/07_pipeline/README.md"]
+        self.assertIsInstance(seven, bytes)
+        self.assertIn(b"./distlab run 07_pipeline -- --sweep", seven)
+        self.assertIn("--solutions", (ROOT / "exercises/07_pipeline/README.md").read_text())
+
+    def test_rewrites_and_a_planted_mention(self) -> None:
+        from pydistlab.commands import release
+        st = release.student_text
+        self.assertEqual(st("Run `./distlab run 01_threads` (add `--solutions` for the reference; about 5 s) and"),
+                         "Run `./distlab run 01_threads` (about 5 s) and")
+        self.assertEqual(st("./distlab run 05_mlp\n./distlab run 05_mlp --solutions     # the reference\nnext\n"),
+                         "./distlab run 05_mlp\nnext\n")
+        self.assertEqual(st("`./distlab run 08_parameter_server --solutions --world-size 5 -- --sweep`"),
+                         "`./distlab run 08_parameter_server --world-size 5 -- --sweep`")
+        self.assertEqual(st("changed\n(`docs/instructor-guide.md`, \"The self-test and CI\")."), "changed.")
+        planted = {"exercises/07_pipeline/README.md": b"# 07\n\nCompare: ./distlab grade --hidden 07_pipeline\n",
+                   "docs/07_pipeline.md": st("see docs/authoring.md for the layout\n").encode(),
+                   "grader/hints/07_pipeline.toml": b'idea = "diff against solutions with --solutions"\n',
+                   "libdist/src/x.cpp": b"// --solutions is fine in a source students do not read\n"}
+        self.assertEqual(release.instructor_only_mentions(planted), [
+            "docs/07_pipeline.md:1: see docs/authoring.md for the layout",
+            "exercises/07_pipeline/README.md:3: Compare: ./distlab grade --hidden 07_pipeline",
+            'grader/hints/07_pipeline.toml:1: idea = "diff against solutions with --solutions"'])
+
+    def test_instructor_flags_leave_a_student_repositorys_help(self) -> None:
+        from unittest import mock
+
+        from pydistlab import cli
+        with mock.patch.object(cli, "is_release", return_value=True):
+            text = cli.parser().format_help() + "".join(
+                sub.format_help() for action in cli.parser()._subparsers._group_actions   # type: ignore[union-attr]
+                for sub in action.choices.values())
+        for flag in ("--solutions", "--hidden", "--submission"):
+            self.assertNotIn(flag, text)
+        with mock.patch.object(cli, "is_release", return_value=False):
+            grade_help = cli.parser()._subparsers._group_actions[0].choices["grade"].format_help()  # type: ignore[union-attr]
+        self.assertIn("--solutions", grade_help)
+
+
 if __name__ == "__main__":
     unittest.main()
