@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,7 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
     todo: dict[str, list[str]] = {}
     failed: list[str] = []
     crashed: list[str] = []
+    hints_said: set[str] = set()
     for m in run.modules:
         if m.status != "graded":
             failed.append(f"{m.module.name}: {m.status}: " + "\n    ".join(m.message.splitlines()[:12]))
@@ -254,7 +256,7 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
         for r in m.items:
             if r.passed or _todo_function(r.reason, m.module.name) is not None:
                 continue   # a TODO: listed below (its own) or in the "blocked by" line
-            stuck = deadlock.terminal_lines(r.reason)
+            stuck = _said_once(deadlock.terminal_lines(r.reason), hints_said)
             reason = r.reason   # whole (runner keeps it to 240 characters, its mismatch included)
             failed.append(f"{r.item.full_name}: " + ("\n    ".join(stuck) if stuck else reason))
             if _crashed(r.reason):
@@ -281,6 +283,22 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
             print(_wrapped(f"  {name}: ", fns, width=110))
     if out_dir:
         print(f"\nfull diagnosis: {out_dir}/report.md (also results.json, junit.xml)")
+
+
+def _said_once(lines: list[str], said: set[str]) -> list[str]:
+    """A deadlock's terminal lines with each hint wrapped at 110 columns, and a hint already
+    printed for an earlier item shortened to "hint: as above"."""
+    out: list[str] = []
+    for line in lines:
+        if not line.startswith("  hint: "):
+            out.append(line)
+        elif line in said:
+            out.append("  hint: as above")
+        else:
+            said.add(line)
+            out.append(textwrap.fill(line, width=104, subsequent_indent="        ",
+                                     break_on_hyphens=False, break_long_words=False).replace("\n", "\n    "))
+    return out
 
 
 def _wrapped(head: str, names: list[str], width: int) -> str:

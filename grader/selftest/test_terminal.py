@@ -285,6 +285,24 @@ class TestDeadlockReport(unittest.TestCase):
             "exercises/07_pipeline/pipeline.cpp:66)",
             "      rank 3 finished"])
         self.assertTrue(lines[start + 5].startswith("      hint: two neighbouring stages both send first"))
+        self.assertTrue(all(len(line) <= 112 for line in lines[start + 5:start + 10]), lines[start + 5:])
+
+    def test_a_second_deadlock_says_its_hint_is_as_above(self) -> None:
+        reason = runner._headline([f"t.cpp:1: Failure\n{SEVEN_DEADLOCK}"], "")
+        mod = mf.load().modules["07_pipeline"]
+        items = mod.items(False)
+        res = ModuleResult(mod, items=[ItemResult(items[0], False, reason, "", 0.1),
+                                       ItemResult(items[1], False, reason, "", 0.1)])
+        grade._find_unfinished(res, ROOT)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            report.print_table(GradeRun("student", Mode.STUDENT, False, [res]))
+        text = out.getvalue()
+        self.assertEqual(text.count("hint: two neighbouring stages both send first"), 1)
+        second = text.split(f"07_pipeline/{items[1].name}: deadlock:")[1]
+        self.assertIn("rank 1 blocked in send(dst=0, tag=kBackwardTag (8), 512 floats) at "
+                      "exercises/07_pipeline/pipeline.cpp:71", second)
+        self.assertIn("      hint: as above", second)
 
     def test_a_module_without_names_or_advice_keeps_the_backends_words(self) -> None:
         text = SEVEN_DEADLOCK.split('"')[1]
