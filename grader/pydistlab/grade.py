@@ -135,10 +135,10 @@ def _find_unfinished(res: ModuleResult, src: Path) -> None:
         if place is None:
             continue
         owner = unfinished.module_of_path(place[0])
-        if not owner or owner == res.module.name:
-            continue
         fn = unfinished.function_in_file(src, place[0], place[1]) or f"{Path(place[0]).name}:{place[1]}"
-        names = res.blocked_by.setdefault(owner, [])
+        # A TODO of its own that threw without a marker the scan saw (a hand-written throw) counts
+        # too; one of another module's files is that module's.
+        names = res.unfinished if not owner or owner == res.module.name else res.blocked_by.setdefault(owner, [])
         if fn not in names:
             names.append(fn)
 
