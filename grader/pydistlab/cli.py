@@ -10,6 +10,13 @@ from collections.abc import Callable, Sequence
 from .errors import DistlabError
 from .paths import is_release
 
+
+def kit_only(text: str) -> str:
+    """The help of an option that needs what only the instructors' kit has (solutions/, the hidden
+    tests, submissions): left out of a student repository's --help, where it refuses to run."""
+    return argparse.SUPPRESS if is_release() else text
+
+
 EPILOG = """\
 common commands:
   ./distlab grade [MODULE...]     build and grade your exercises (report in build/grade/.../report)
@@ -162,15 +169,16 @@ def parser() -> argparse.ArgumentParser:
     b = add("build", _cmd_build, "configure and build the kit with a CMake preset")
     b.add_argument("--preset", default="default", choices=["default", "native", "debug", "tsan"])
     b.add_argument("--solutions", action="store_true",
-                   help="build solutions/ instead of exercises/ (default preset: in build/grade/solutions/build, "
-                        "the tree `grade --solutions` uses; other presets: build/<preset>-solutions)")
+                   help=kit_only("build solutions/ instead of exercises/ (default preset: in "
+                                 "build/grade/solutions/build, the tree `grade --solutions` uses; other "
+                                 "presets: build/<preset>-solutions)"))
     b.add_argument("--target", action="append", default=[], help="build only this target (repeatable)")
     b.add_argument("--verbose", "-v", action="store_true",
                    help="show the compiler's output (by default only a failed build's first error)")
 
     r = add("run", _cmd_run, "build and run a module's program: ./distlab run MODULE [-- ARGS]")
     r.add_argument("module")
-    r.add_argument("--solutions", action="store_true", help="run the reference implementation")
+    r.add_argument("--solutions", action="store_true", help=kit_only("run the reference implementation"))
     r.add_argument("--preset", default="default", choices=["default", "native", "debug", "tsan"])
     r.add_argument("--backend", default=None, help="threads (default), mpi or nccl")
     r.add_argument("-n", "--np", type=int, default=None, dest="np",
@@ -195,12 +203,14 @@ def parser() -> argparse.ArgumentParser:
 
     g = add("grade", _cmd_grade, "build and grade exercises on a clean copy of the kit")
     g.add_argument("modules", nargs="*", metavar="MODULE")
-    src = g.add_mutually_exclusive_group()
-    src.add_argument("--solutions", action="store_true", help="grade the reference solutions")
-    src.add_argument("--submission", metavar="PATH", help="grade a folder or .zip of student files")
-    src.add_argument("--submissions", metavar="DIR", help="batch: grade every subfolder / zip of DIR")
+    # (A student repository hides these three; argparse cannot print a group whose members are all
+    # hidden, and there they only refuse, grade.py.)
+    src = g if is_release() else g.add_mutually_exclusive_group()
+    src.add_argument("--solutions", action="store_true", help=kit_only("grade the reference solutions"))
+    src.add_argument("--submission", metavar="PATH", help=kit_only("grade a folder or .zip of student files"))
+    src.add_argument("--submissions", metavar="DIR", help=kit_only("batch: grade every subfolder / zip of DIR"))
     g.add_argument("--csv", metavar="FILE", help="batch mode: write the gradebook here")
-    g.add_argument("--hidden", action="store_true", help="also run the instructor-only hidden tests")
+    g.add_argument("--hidden", action="store_true", help=kit_only("also run the instructor-only hidden tests"))
     g.add_argument("--out", metavar="DIR", help="report folder (default build/grade/<id>/report)")
     g.add_argument("--jobs", "-j", type=int, default=0, help="parallel test processes (default: cores)")
     g.add_argument("--quiet", action="store_true", help="no progress lines, only the table")
@@ -264,7 +274,7 @@ def parser() -> argparse.ArgumentParser:
              "with file:line, and the pairs of submissions that share most of their code")
     au.add_argument("paths", nargs="*", metavar="SUBMISSION", help="a submission's folder or .zip")
     au.add_argument("--submissions", metavar="DIR", help="every subfolder / zip of DIR, as grade does")
-    au.add_argument("--solutions", action="store_true", help="also audit the reference solutions")
+    au.add_argument("--solutions", action="store_true", help=kit_only("also audit the reference solutions"))
     au.add_argument("--module", action="append", default=[], metavar="MODULE",
                     help="only this module's owned files (repeatable; default all)")
     au.add_argument("--json", metavar="FILE", help="also write the findings and pairs as JSON")

@@ -23,10 +23,11 @@ reused between runs, so ninja rebuilds only what an edit touched.
 """
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
-from . import deps, manifest as mf, sandbox, workspace as ws
+from . import deadlock, deps, manifest as mf, sandbox, unfinished, workspace as ws
 from .errors import DistlabError
 from .grading import items, passes, plan
 from .grading.builds import BuildRun, build_modules
@@ -102,9 +103,44 @@ def _grade_tree(tree: plan.TreePlan, options: GradeOptions, results: dict[str, M
             jobs = items.test_jobs([results[n] for n in tsan_built], tsan_pass.build_dir(tb) / "bin", tb.src,
                                    hidden, tsan_pass, status=box, only=passed)
             tsan = items.run_items(jobs, workers, say, tsan_pass)
-    for n in built:
-        items.collect(results[n], hidden, outcomes, tsan_pass, tsan, tsan_built)
+        for n in built:
+            items.collect(results[n], hidden, outcomes, tsan_pass, tsan, tsan_built)
+            _find_unfinished(results[n], tb.src)
     return times
+
+
+#: A reason that says a TODO was reached (runner._headline's form): "not implemented at FILE:LINE: ..."
+_TODO_AT = re.compile(r"^(?:[^:]*: )?not implemented at (?P<file>[^\s:]+):(?P<line>\d+)")
+
+
+def todo_place(reason: str) -> tuple[str, int] | None:
+    """(file, line) of the TODO a failed item's reason says it reached (the reason may start
+    with a resource limit's words), else None."""
+    m = _TODO_AT.match(reason)
+    return (m.group("file"), int(m.group("line"))) if m else None
+
+
+def _find_unfinished(res: ModuleResult, src: Path) -> None:
+    """Fills in what the module's files leave unwritten (their TODO markers, as graded) and the
+    other modules' unfinished functions its failed items reached ("blocked by"); a deadlock's
+    reason and output get the module's tag names and advice (deadlock.py)."""
+    res.unfinished = unfinished.function_names(unfinished.module_todos(src, res.module.owned))
+    tags = deadlock.tag_names(src / "exercises" / res.module.name)
+    advice = deadlock.load_advice().get(res.module.name, {})
+    for r in res.items:
+        if not r.passed and "deadlock:" in r.reason:
+            r.reason = deadlock.explain(r.reason, tags, advice)
+            r.output = "\n".join(deadlock.explain(line, tags, advice) for line in r.output.split("\n"))
+        place = None if r.passed else todo_place(r.reason)
+        if place is None:
+            continue
+        owner = unfinished.module_of_path(place[0])
+        fn = unfinished.function_in_file(src, place[0], place[1]) or f"{Path(place[0]).name}:{place[1]}"
+        # A TODO of its own that threw without a marker the scan saw (a hand-written throw) counts
+        # too; one of another module's files is that module's.
+        names = res.unfinished if not owner or owner == res.module.name else res.blocked_by.setdefault(owner, [])
+        if fn not in names:
+            names.append(fn)
 
 
 def _check_mode(mode: Mode, hidden: bool) -> None:

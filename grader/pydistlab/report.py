@@ -4,10 +4,12 @@ from __future__ import annotations
 import html
 import json
 import re
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from . import deadlock, unfinished
 from .paths import ROOT
 from .results import GradeRun, ModuleResult
 
@@ -28,7 +30,9 @@ def _cap(text: str, limit: int = OUTPUT_LIMIT) -> str:
 def module_status(m: ModuleResult) -> str:
     if m.status != "graded":
         return m.status
-    return "full marks" if m.score >= m.max_score else "graded"
+    if m.score >= m.max_score:
+        return "full marks"
+    return f"blocked by {', '.join(m.blocked_by)}" if m.blocked_by else "graded"
 
 
 def summary_lines(run: GradeRun) -> list[str]:
@@ -41,6 +45,11 @@ def summary_lines(run: GradeRun) -> list[str]:
         lines.append(line)
         if m.status != "graded":
             lines.append("  " + m.message.splitlines()[0] if m.message else "")
+        if m.blocked_by and m.status == "graded":
+            lines.append(f"  {blocked_line(m)}")
+        fns = unfinished_functions(m)
+        if fns:
+            lines.append(f"  not implemented yet: {', '.join(fns)}")
         for n in m.notes:
             lines.append(f"  note: {n.splitlines()[0]}")
     return lines
@@ -128,9 +137,14 @@ def markdown(run: GradeRun) -> str:
         md += ["", f"## {m.module.name}: {_fmt(m.score)} / {_fmt(m.max_score)}", ""]
         if m.status != "graded":
             md += [f"**{m.status}**", "", "```", m.message.replace("```", "'''"), "```"]
+        if m.blocked_by and m.status == "graded":
+            md.append(f"- {blocked_line(m)} (its tests run that module's code)")
+        fns = unfinished_functions(m)
+        if fns:
+            md.append(f"- not implemented yet: {', '.join(fns)}")
         for n in m.notes:
             md.append(f"- note: {n.splitlines()[0]}")
-        if m.notes:
+        if m.notes or fns or m.blocked_by:
             md.append("")
         by_name = {i.item.name: i for i in m.items}
         if m.items:
@@ -158,35 +172,45 @@ def write_all(run: GradeRun, out: Path) -> None:
 
 #: "not implemented at FILE:LINE: ..." (runner._headline's form of a TODO that threw).
 _TODO = re.compile(r"not implemented(?: at (?P<file>[^\s:]+):(?P<line>\d+))?")
-_SIGNATURE = re.compile(r"([A-Za-z_~][\w:~]*)\s*\(")
 
 
-def _function_at(path: str, line: int) -> str:
-    """The function whose body holds path:line (the nearest definition above it that starts in
-    column 0), or "" when the file cannot be read."""
-    try:
-        lines = (ROOT / path).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return ""
-    for text in reversed(lines[: max(0, line - 1)]):
-        if text[:1].isalpha() and not text.startswith(("namespace", "using", "struct", "class")):
-            m = _SIGNATURE.search(text)
-            if m:
-                return m.group(1)
-    return ""
-
-
-def _todo_function(reason: str) -> str | None:
-    """For a reason that says a TODO was reached: "name (file:line)", the function not written yet
-    (never the TODO's text: the report has it); None for any other reason."""
+def _todo_function(reason: str, module: str = "") -> str | None:
+    """For a reason that says a TODO was reached: the function not written yet (never the TODO's
+    text: the report has it), "?" when the reason gives no place, "" when the TODO lies in
+    another module's file (ModuleResult.blocked_by names it); None for any other reason."""
     m = _TODO.search(reason)
     if not m or reason.find("not implemented") > 40:
         return None
     if not m.group("file"):
         return "?"
-    name = _function_at(m.group("file"), int(m.group("line")))
-    where = f"{Path(m.group('file')).name}:{m.group('line')}"
-    return f"{name} ({where})" if name else where
+    owner = unfinished.module_of_path(m.group("file"))
+    if module and owner and owner != module:
+        return ""
+    name = unfinished.function_in_file(ROOT, m.group("file"), int(m.group("line")))
+    return name or f"{Path(m.group('file')).name}:{m.group('line')}"
+
+
+def blocked_line(m: ModuleResult) -> str:
+    """"blocked by 05_mlp: MLP::forward, ..." for a module whose tests stopped in another
+    module's unfinished functions; "" when none did."""
+    return "; ".join(f"blocked by {p}: {', '.join(fns)}" for p, fns in m.blocked_by.items())
+
+
+def unfinished_functions(m: ModuleResult) -> list[str]:
+    """Every unfinished function of the module: those whose TODO markers are still in its files,
+    then any other of its own that a test reached. Empty for a module with full marks."""
+    if m.status != "graded" or m.score >= m.max_score:
+        return []
+    names = list(m.unfinished)   # (grade.py named them from the files as graded)
+    for r in m.items:
+        fn = None if r.passed else _todo_function(r.reason, m.module.name)
+        if fn == "?":   # no file:line in the message: name the item instead
+            fn = f"({r.item.name})"
+        elif m.unfinished:
+            continue
+        if fn and fn not in names:
+            names.append(fn)
+    return names
 
 
 def _crashed(reason: str) -> bool:
@@ -222,25 +246,26 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
     todo: dict[str, list[str]] = {}
     failed: list[str] = []
     crashed: list[str] = []
+    hints_said: set[str] = set()
     for m in run.modules:
         if m.status != "graded":
             failed.append(f"{m.module.name}: {m.status}: " + "\n    ".join(m.message.splitlines()[:12]))
         first = len(failed)
+        if m.blocked_by and m.status == "graded":
+            first_pre = next(iter(m.blocked_by))
+            failed.append(f"{m.module.name}: {blocked_line(m)} (its tests run your {first_pre} code, "
+                          f"which is not finished: ./distlab grade {first_pre})")
         for r in m.items:
-            if r.passed:
-                continue
-            fn = _todo_function(r.reason)
-            if fn == "?":   # no file:line in the message: name the item instead
-                fn = f"({r.item.name})"
-            if fn is not None:
-                names = todo.setdefault(m.module.name, [])
-                if fn not in names:
-                    names.append(fn)
-                continue
-            reason = r.reason if len(r.reason) <= 150 else r.reason[:147] + "..."
-            failed.append(f"{r.item.full_name}: {reason}")
+            if r.passed or _todo_function(r.reason, m.module.name) is not None:
+                continue   # a TODO: listed below (its own) or in the "blocked by" line
+            stuck = _said_once(deadlock.terminal_lines(r.reason), hints_said)
+            reason = r.reason   # whole (runner keeps it to 240 characters, its mismatch included)
+            failed.append(f"{r.item.full_name}: " + ("\n    ".join(stuck) if stuck else reason))
             if _crashed(r.reason):
                 crashed.append(m.module.name)
+        fns = unfinished_functions(m)
+        if fns:
+            todo[m.module.name] = fns
         if len(failed) > first or m.status != "graded" or m.passed:
             # (A module of untouched stubs needs no note: its list of functions says it all.)
             failed[first:first] = [f"{m.module.name}: note: {n.splitlines()[0]}" for n in m.notes]
@@ -257,22 +282,38 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
         print(f"\nnot implemented yet ({count} functions; each TODO says what to write, "
               f"./distlab hint MODULE FUNCTION helps):")
         for name, fns in todo.items():
-            print(_one_line(f"  {name}: ", [f.split(" (")[0] for f in fns], width=110))
+            print(_wrapped(f"  {name}: ", fns, width=110))
     if out_dir:
         print(f"\nfull diagnosis: {out_dir}/report.md (also results.json, junit.xml)")
 
 
-def _one_line(head: str, names: list[str], width: int) -> str:
-    """head + the names, comma-separated, cut to one line of `width` columns: the names that fit,
-    then how many more there are (one line per module keeps a stub grade on one screen; report.md
-    lists every function)."""
-    line = head + ", ".join(names)
-    if len(line) <= width:
-        return line
-    shown: list[str] = []
+def _said_once(lines: list[str], said: set[str]) -> list[str]:
+    """A deadlock's terminal lines with each hint wrapped at 110 columns, and a hint already
+    printed for an earlier item shortened to "hint: as above"."""
+    out: list[str] = []
+    for line in lines:
+        if not line.startswith("  hint: "):
+            out.append(line)
+        elif line in said:
+            out.append("  hint: as above")
+        else:
+            said.add(line)
+            out.append(textwrap.fill(line, width=104, subsequent_indent="        ",
+                                     break_on_hyphens=False, break_long_words=False).replace("\n", "\n    "))
+    return out
+
+
+def _wrapped(head: str, names: list[str], width: int) -> str:
+    """head + every name, comma-separated, wrapped at `width` columns (continuation lines indented
+    under the first name; a name longer than the width gets a line of its own)."""
+    indent = " " * len(head)
+    lines, line = [], head
     for i, n in enumerate(names):
-        rest = f", ... (+{len(names) - i - 1} more)" if i < len(names) - 1 else ""
-        if shown and len(head + ", ".join([*shown, n]) + rest) > width:
-            break
-        shown.append(n)
-    return head + ", ".join(shown) + f", ... (+{len(names) - len(shown)} more)"
+        piece = n + ("," if i < len(names) - 1 else "")
+        if line.strip() and line not in (head,) and len(line) + 1 + len(piece) > width:
+            lines.append(line)
+            line = indent + piece
+        else:
+            line = line + ("" if line in (head,) else " ") + piece
+    lines.append(line)
+    return "\n".join(lines)

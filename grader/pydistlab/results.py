@@ -52,6 +52,10 @@ class ModuleResult:
     build_seconds: float = 0.0    # this module's own build steps (its sandboxed files, its retries)
     test_seconds: float = 0.0     # its items' run times, summed (items run side by side)
     hidden: bool = False
+    # What is not written yet (unfinished.py): the functions of its owned files that still hold a
+    # TODO marker, and, per other module, the unfinished functions of that module its tests reached.
+    unfinished: list[str] = field(default_factory=list)
+    blocked_by: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def score(self) -> float:

@@ -10,9 +10,11 @@ with a DOCTYPE, over the size cap, or that differs from the tests the filter sel
 test_process starts the program in its jail with an allowlisted environment."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
+import struct
 import subprocess
 import threading
 import time
@@ -26,6 +28,7 @@ _parse_xml = gtest_report.parse_xml   # (the name the self-test's older checks u
 OUTPUT_CAP = 10 * 1024            # bytes of output kept per test ("output truncated" beyond)
 FLOOD_LIMIT = 1024 * 1024         # more output than this fails the test at once ("output flood")
 TAIL_KEEP = 2 * 1024              # of the kept output, this much comes from the end
+DEADLOCK_CHARS = 3000            # of a deadlock report kept in the reason (other reasons: 240)
 
 
 @dataclass
@@ -104,7 +107,9 @@ def _headline(failures: list[str], output: str) -> str:
                     # that cuts the line short still names it; then the TODO text.
                     text = line[len(key):where].strip()
                     return f"not implemented at {line[where + 2:-1]}: {text}"[:240]
-                return line[:240]
+                # A deadlock whole: every rank's call and file:line (the terminal shows one rank a
+                # line, deadlock.terminal_lines).
+                return line[:DEADLOCK_CHARS if key == "deadlock:" else 240]
     for f in failures:
         # The test's own message (what follows gtest's "Expected ... Which is ..." lines) says
         # more than gtest's expression dump: take its first line when there is one.
@@ -112,11 +117,62 @@ def _headline(failures: list[str], output: str) -> str:
         own = [line.strip() for line in body if line.strip() and not line.startswith(" ")
                and not _GTEST_LINE.match(line.strip())]
         if own:
-            return own[0][:240]
+            return _with_detail(own[0], body)
         for line in body + f.splitlines()[:1]:
             if line.strip() and not line.strip().endswith(":") and line.strip() != "Failed":
-                return line.strip()[:240]
+                return round_numbers(line.strip())[:240]
     return "test failed"
+
+
+def _with_detail(first: str, body: list[str]) -> str:
+    """The test's first own line and, while what is taken ends with ':' (a heading such as
+    "all_reduce_ring, world size 2, count 1:"), the lines under it, so the reason always ends in
+    the first concrete mismatch ("... first wrong element at index 0 of 1: got 3, expected 6").
+    The heading is shortened before the mismatch is: the mismatch is what the student needs."""
+    lines = [line.strip() for line in body if line.strip()]
+    at = lines.index(first) if first in lines else 0
+    taken = [first]
+    for line in lines[at + 1:at + 4]:
+        if not taken[-1].endswith(":"):
+            break
+        taken.append(line)
+    text = round_numbers(" ".join(taken))
+    if len(text) <= 240 or len(taken) == 1:
+        return text[:240]
+    head, tail = round_numbers(" ".join(taken[:-1])), round_numbers(taken[-1])
+    room = max(0, 240 - len(tail) - 5)
+    return (head[:room] + " ... " + tail)[:240] if room else tail[:240]
+
+
+#: A decimal number printed with more digits than it means (gtest prints a double with 17
+#: significant digits: 14.199999999999999); six decimals or more, not part of a longer token.
+_LONG_NUMBER = re.compile(r"(?<![\w.])(-?\d+\.\d{6,}(?:[eE][-+]?\d+)?)(?![\w.])")
+
+
+def round_numbers(text: str) -> str:
+    """Each long decimal number of text at the precision it means: a value that is exactly a
+    float32 in its shortest float32 form (0.10000000149011612 -> 0.1), any other in the shortest
+    form of its double rounded to 12 significant digits (14.199999999999999 -> 14.2)."""
+    def short(m: re.Match[str]) -> str:
+        x = float(m.group(1))
+        if not math.isfinite(x):
+            return m.group(1)
+        try:
+            as_f32 = struct.unpack("f", struct.pack("f", x))[0]
+        except OverflowError:
+            as_f32 = None
+        if as_f32 == x:
+            for digits in range(1, 10):
+                s = f"{x:.{digits}g}"
+                if struct.unpack("f", struct.pack("f", float(s)))[0] == x:
+                    return _plain(s)
+        return _plain(repr(float(f"{x:.12g}")))
+    return _LONG_NUMBER.sub(short, text)
+
+
+def _plain(s: str) -> str:
+    """'3.0' -> '3', '1e-05' kept: a number without a trailing '.0'."""
+    return s[:-2] if s.endswith(".0") else s
 
 
 #: Lines gtest writes itself around a failed assertion (not the test's own message).
@@ -229,7 +285,7 @@ def run_test(binary: Path, gtest_filter: str, timeout_s: float, cwd: Path,
         return Outcome(False, f"no test matched the filter '{gtest_filter}' (a manifest error: "
                        f"tell your instructor)", output, seconds)
     if failed:
-        details = "\n\n".join(f[:1500] for f in failures[:5])
+        details = "\n\n".join(round_numbers(f[:1500]) for f in failures[:5])
         if len(failures) > 5:
             details += f"\n\n... and {len(failures) - 5} more failures"
         limit = limit or sandbox.limit_reason(rc, "\n".join(failures), limits,

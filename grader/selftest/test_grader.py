@@ -646,18 +646,20 @@ class TestGolden(GraderTestCase):
 
 
 class TestTodoLine(unittest.TestCase):
-    """The stub grade's terminal lists each module's unimplemented functions on one line."""
+    """The grade's terminal lists every unimplemented function of a module, wrapped."""
 
-    def test_fits_whole_or_cut_with_count(self) -> None:
-        from pydistlab.report import _one_line
+    def test_every_name_wrapped_at_the_width(self) -> None:
+        from pydistlab.report import _wrapped
         names = [f"function_{i}" for i in range(12)]
-        self.assertEqual(_one_line("  m: ", names[:3], 110), "  m: function_0, function_1, function_2")
-        line = _one_line("  m: ", names, 60)
-        self.assertLessEqual(len(line), 60)
-        shown = line[len("  m: "):].split(", ...")[0].split(", ")
-        self.assertEqual(shown, names[:len(shown)])
-        self.assertTrue(line.endswith(f"(+{12 - len(shown)} more)"), line)
-        self.assertEqual(_one_line("  m: ", ["x" * 80, "y"], 40), "  m: " + "x" * 80 + ", ... (+1 more)")
+        self.assertEqual(_wrapped("  m: ", names[:3], 110), "  m: function_0, function_1, function_2")
+        text = _wrapped("  m: ", names, 60)
+        lines = text.splitlines()
+        self.assertGreater(len(lines), 1)
+        self.assertTrue(all(len(line) <= 60 for line in lines), text)
+        self.assertTrue(all(line.startswith("     ") for line in lines[1:]), text)
+        shown = [n.strip().rstrip(",") for line in lines for n in line[len("  m: "):].split(", ")]
+        self.assertEqual(shown, names)
+        self.assertEqual(_wrapped("  m: ", ["x" * 80, "y"], 40), "  m: " + "x" * 80 + ",\n     y")
 
 
 class TestGoldenTolerance(unittest.TestCase):

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "dist/backend.hpp"
 #include "distlab_testing.hpp"
 
 using namespace distlab::testing;
@@ -31,6 +32,44 @@ TEST(Deadlock, BothSidesSendFirst) {
   EXPECT_TRUE(contains(msg, "rank 1 blocked in send(dst=0, tag=0, 16 floats)")) << msg;
   EXPECT_TRUE(contains(msg, "isend")) << "hint missing: " << msg;
   EXPECT_TRUE(contains(msg, "parity")) << "hint missing: " << msg;
+}
+
+// Each blocked call is named with the caller's file:line (dist.hpp's defaulted `where`): a
+// blocking call where it was made, a wait by where its operation started, a collective too.
+TEST(Deadlock, ReportNamesTheCallersFileAndLine) {
+  static int send_line = 0, irecv_line = 0, all_reduce_line = 0;
+  const std::string msg = expect_error<dist::DeadlockError>(threads_options(3, kLongTimeoutMs), [] {
+    std::vector<float> x(4);
+    if (dist::rank() == 0) {
+      send_line = __LINE__ + 1;
+      dist::send(std::span<const float>(x), 1, 1);
+    } else if (dist::rank() == 1) {
+      irecv_line = __LINE__ + 1;
+      dist::Work w = dist::irecv(std::span<float>(x), 0, 2);
+      w.wait();
+    } else {
+      all_reduce_line = __LINE__ + 1;
+      dist::all_reduce(std::span<float>(x));
+    }
+  });
+  const std::string file = "libdist/tests/test_failures.cpp:";
+  EXPECT_TRUE(contains(msg, "rank 0 blocked in send(dst=1, tag=1, 4 floats) at " + file +
+                                std::to_string(send_line) + ";"))
+      << msg;
+  EXPECT_TRUE(contains(msg, "rank 1 blocked in wait on irecv(src=0, tag=2, 4 floats) (started at " +
+                                file + std::to_string(irecv_line) + ");"))
+      << msg;
+  EXPECT_TRUE(contains(msg, "rank 2 blocked in all_reduce(4 floats, sum) [collective call #0] at " +
+                                file + std::to_string(all_reduce_line) + "."))
+      << msg;
+  // Outside a dist call there is no call site; a call's site is gone once it returns.
+  EXPECT_EQ(dist::detail::call_site().file, nullptr);
+  EXPECT_EQ(dist::detail::describe_call_site({}), "");
+  EXPECT_EQ(
+      dist::detail::describe_call_site({"/home/x/kit/build/grade/src/exercises/07_p/p.cpp", 12}),
+      "exercises/07_p/p.cpp:12");
+  EXPECT_EQ(dist::detail::describe_call_site({"/tmp/elsewhere/main.cpp", 3}),
+            "/tmp/elsewhere/main.cpp:3");
 }
 
 TEST(Deadlock, CollectiveOnlySomeRanksCall) {

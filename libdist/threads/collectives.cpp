@@ -271,6 +271,7 @@ void Engine::apply_result(int r, const CollSlot& s, bool async) {
 
 std::shared_ptr<CollSlot> Engine::collective(int r, CollCall call) {
   Rank& me = rank_state(r);
+  call.site = call_site();
   const std::uint64_t seq = me.coll_seq[call.group ? call.group->id : 0]++;
   call.link = me.link;
   std::shared_ptr<CollSlot> slot;
@@ -301,6 +302,7 @@ std::shared_ptr<CollSlot> Engine::collective(int r, CollCall call) {
 
 std::shared_ptr<AsyncColl> Engine::collective_async(int r, CollCall call) {
   Rank& me = rank_state(r);
+  call.site = call_site();
   const std::uint64_t seq = me.coll_seq[call.group ? call.group->id : 0]++;
   call.link = me.link;
   call.async = true;

@@ -57,13 +57,20 @@ std::string CollCall::describe() const {
 
 std::string Engine::describe_pending_locked(int r) const {
   const Rank& rk = rank_state(r);
+  // The caller's file:line: where a blocking call was made, or where the operation a wait is for
+  // was started.
+  auto at = [](const CallSite& site, bool started) {
+    const std::string where = describe_call_site(site);
+    return where.empty() ? where
+                         : (started ? " (started at " : " at ") + where + (started ? ")" : "");
+  };
   switch (rk.pending.kind) {
     case Pending::P2P:
-      return rk.pending.op->describe();
+      return rk.pending.op->describe() + at(rk.pending.op->site, !rk.pending.op->blocking);
     case Pending::Coll: {
       std::string s = rk.pending.call.async ? "wait on " : "";
       return s + rk.pending.call.describe() + " [collective call #" +
-             std::to_string(rk.pending.seq) + "]";
+             std::to_string(rk.pending.seq) + "]" + at(rk.pending.call.site, rk.pending.call.async);
     }
     case Pending::None:
       break;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/backend.hpp"
 #include "dist/dist.hpp"
 #include "threads/link_model.hpp"
 #include "threads/schedules.hpp"
@@ -41,6 +42,7 @@ struct P2POp {
   bool waited = false;                   // owner thread only
   SteadyClock::time_point first_poll{};  // owner thread only: first is_completed() that said no
   std::string error;                     // non-empty: mismatch (set before done)
+  CallSite site;                         // the caller's file:line (dist.hpp's `where`)
 
   std::size_t bytes() const { return count * size_of(type); }
   /// "send(dst=1, tag=0, 16 floats)"; "wait on isend(...)" for a non-blocking one;
@@ -64,6 +66,7 @@ struct CollCall {
   std::vector<int> members;
   int color = 0, key = 0;
   std::string label;
+  CallSite site;  // the caller's file:line (dist.hpp's `where`)
 
   bool has_op() const {
     return kind == CollKind::Reduce || kind == CollKind::AllReduce ||

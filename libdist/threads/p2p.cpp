@@ -60,6 +60,7 @@ std::shared_ptr<P2POp> Engine::post(int r, bool is_send, bool blocking, const vo
   op->type = type;
   op->post_clock = me.link.clock;
   op->any_source = !is_send && peer == kAnySource;
+  op->site = call_site();
   if (is_send) {
     op->wire = post_message(me.link, opts_.network.message_cost(r, peer, op->bytes()));
     count_message(me.stats, Direction::Sent, peer, op->bytes());

@@ -86,6 +86,8 @@ int main(int argc, char** argv) {{
 """,
         f"{s}/README.md": f"""# {name}: {title}
 
+Builds on: no earlier module's code (its tests run only this module's files).
+
 The course notes are in `docs/{name}.md`. Files: `{topic}.hpp` (read it first) and `{topic}.cpp`
 (your code). Run `./distlab run {name}` and `./distlab grade {name}`.
 

@@ -9,6 +9,7 @@ students' commands (cli.py). The result builds and grades on its own (./distlab 
 to zero)."""
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -33,13 +34,68 @@ def student_readme(text: str) -> str:
     return "".join(out)
 
 
+#: What a student repository does not contain, as the kit's texts may point at it: the
+#: instructors' flags (they refuse in a student repository) and the guides left out.
+INSTRUCTOR_ONLY = re.compile(r"--solutions\b|--hidden\b|--submissions?\b|docs/instructor-guide\.md|"
+                             r"docs/authoring\.md|\binstructor-guide\.md|\bauthoring\.md")
+#: Rewrites of the kit's texts for students, in order (multi-line: they match across a wrapped
+#: line). A command's --solutions goes (the student's own version prints the same once it is
+#: right); the parentheses that offered the reference or an instructors' guide go whole.
+_STUDENT_REWRITES = [
+    (re.compile(r"\s*\(add `--solutions` for the reference; ([^)]*)\)"), r" (\1)"),
+    (re.compile(r"\s*\(`--solutions` for the reference\)"), ""),
+    (re.compile(r"\s*\(`\./distlab run --solutions [\w-]+`\s+for the reference\)"), ""),
+    (re.compile(r"\s*\(with\s+`--solutions`: `build/grade/solutions/build`\)"), ""),
+    (re.compile(r"\s*\(`docs/(?:instructor-guide|authoring)\.md`(?:, \"[^\"]*\")?\)"), ""),
+    (re.compile(r"^.*\./distlab \w+ [\w-]+ --solutions\s+(?:# )?the reference\s*\n", re.M), ""),
+    (re.compile(r" \[--solutions\]"), ""),
+    (re.compile(r"(\./distlab \w+(?: [\w./=-]+)*?) --solutions(?= |`|$)", re.M), r"\1"),
+]
+
+
+def student_text(text: str) -> str:
+    """A text of the kit (a .md file, a program's comments) as students get it: nothing in it tells
+    them to use what their repository does not contain (INSTRUCTOR_ONLY)."""
+    for pattern, replacement in _STUDENT_REWRITES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _is_student_text(name: str) -> bool:
+    """The files students read for instructions: Markdown, the module programs (their usage
+    comments), the hints and the deadlock advice."""
+    return name.endswith(".md") or (name.startswith("exercises/") and name.endswith("/main.cpp")) or \
+        name.startswith("grader/hints/") or name == "grader/deadlock_advice.toml"
+
+
 def release_files() -> dict[str, Path | bytes]:
-    """The kit's files that go to students: relative path -> file (README.md: student_readme())."""
+    """The kit's files that go to students: relative path -> file (README.md: student_readme();
+    every text students read for instructions: student_text())."""
     files: dict[str, Path | bytes] = {name: ROOT / name for name in tree.kit_files(ROOT)
                                       if not name.startswith(LEFT_OUT)}
     if "README.md" in files:
         files["README.md"] = student_readme((ROOT / "README.md").read_text(encoding="utf-8")).encode()
+    for name, src in files.items():
+        if _is_student_text(name):
+            text = src.decode("utf-8") if isinstance(src, bytes) else src.read_text(encoding="utf-8")
+            new = student_text(text)
+            if new != text:
+                files[name] = new.encode()
     return files
+
+
+def instructor_only_mentions(files: dict[str, Path | bytes]) -> list[str]:
+    """"path:line: text" for each line of a student-read text of the release that points at what a
+    student repository does not contain (INSTRUCTOR_ONLY)."""
+    found = []
+    for name, src in sorted(files.items()):
+        if not _is_student_text(name):
+            continue
+        data = src if isinstance(src, bytes) else src.read_bytes()
+        for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+            if INSTRUCTOR_ONLY.search(line):
+                found.append(f"{name}:{i}: {line.strip()[:120]}")
+    return found
 
 
 def main(out: str, force: bool = False) -> int:
@@ -59,6 +115,11 @@ def main(out: str, force: bool = False) -> int:
              b"BEGIN SOLUTION" in (src.read_bytes() if isinstance(src, Path) else src)]
     if leaks:
         raise DistlabError("solution markers would be released in: " + ", ".join(leaks))
+    mentions = instructor_only_mentions(files)
+    if mentions:
+        raise DistlabError("these lines would tell students to use what their repository does not "
+                           "contain (reword them, or teach student_text() in "
+                           "grader/pydistlab/commands/release.py to):\n  " + "\n  ".join(mentions))
     if dest.exists() and force:
         for child in dest.iterdir():
             if child.name == ".git":

@@ -13,6 +13,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,29 @@ class BackendImpl {
   /// where there is none (the threads backend has its simulated device, threads/device.cpp).
   virtual DeviceImpl* device() { return nullptr; }
 };
+
+/// Where the code calling dist is (the `where` of the free functions, dist.hpp): set for the
+/// duration of one dist call on the calling thread, so a backend can name the caller's file:line
+/// in its reports. file is nullptr outside a dist call.
+struct CallSite {
+  const char* file = nullptr;
+  unsigned line = 0;
+};
+CallSite call_site();
+/// Sets the calling thread's call site for its lifetime (dist.cpp's free functions).
+class CallSiteScope {
+ public:
+  explicit CallSiteScope(const std::source_location& where);
+  ~CallSiteScope();
+  CallSiteScope(const CallSiteScope&) = delete;
+  CallSiteScope& operator=(const CallSiteScope&) = delete;
+
+ private:
+  CallSite saved_;
+};
+/// "exercises/07_pipeline/pipeline.cpp:80" (the path from the kit's top folder where it has
+/// one: exercises/, solutions/, grader/, libdist/, support/), "" when file is nullptr.
+std::string describe_call_site(const CallSite& site);
 
 /// The backend of the calling rank (thread-local on the threads backend, process-wide under MPI/NCCL).
 /// Throws dist::Error("... called outside dist::launch ...") when there is none.
