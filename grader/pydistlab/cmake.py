@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import deps
 from .errors import DistlabError
 from .paths import ROOT, nproc
 
@@ -78,6 +79,9 @@ def configure(src: Path, build_dir: Path, cache: dict[str, str], preset: str | N
             raise DistlabError(f"CMake could not reconfigure {build_dir} with {changed} "
                                f"(status {r.returncode}):\n{(r.stdout or '')[-3000:]}{(r.stderr or '')[-3000:]}")
         return
+    gxx = "" if os.environ.get("CXX") or "CMAKE_CXX_COMPILER" in cache else deps.newer_gxx()
+    if gxx:   # the default g++ is too old (Ubuntu 22.04's 11): g++-12 or newer, installed beside it
+        cache = dict(cache, CMAKE_CXX_COMPILER=gxx)
     cmd = ["cmake", "-S", str(src), "-B", str(build_dir), "-G", "Ninja"]
     if preset:
         cmd = ["cmake", "--preset", preset, "-B", str(build_dir)]
