@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import deps
 from .errors import DistlabError
-from .paths import ROOT, nproc
+from .paths import ROOT, build_jobs
 
 #: Cache settings of the presets in CMakePresets.json, for trees configured without --preset
 #: (the grader's clean copies live outside the source tree the presets name).
@@ -101,7 +101,7 @@ def build(build_dir: Path, targets: list[str], keep_going: bool = False, capture
     With progress, ninja's "[done/total]" status is reported every few seconds while building.
     prefix: a command the build runs under (the grading sandbox, sandbox.build_view()).
     dry_run: ninja -n (the steps it would run, none run)."""
-    cmd = ["cmake", "--build", str(build_dir), "-j", str(jobs or nproc())]
+    cmd = ["cmake", "--build", str(build_dir), "-j", str(jobs or build_jobs())]
     for t in targets:
         cmd += ["--target", t]
     if keep_going or dry_run:

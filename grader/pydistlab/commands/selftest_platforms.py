@@ -17,13 +17,16 @@ lists every step):
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from .. import cmake, deps, manifest as mf, workspace as ws
@@ -192,3 +195,156 @@ def step_clang(t: Tally) -> None:
         t.check(not problems, f"clang: the stub {name} compiles warning-free", problems)
     print(f"    compiled {len(commands)} stub files (syntax only) in {time.monotonic() - t2:.0f} s", flush=True)
     t.check(bool(commands), "clang: the stubs' compile commands were found", rel(bdir / "compile_commands.json"))
+
+
+# ---- Open MPI across two hosts ----------------------------------------------------------------------
+
+SUBNET = "10.231.7"          # a /24 no real network here uses; the two hosts are .1 and .2
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+#: Open MPI's settings for the job: TCP only (no shared memory between ranks on one host), and
+#: both its data (btl) and its launcher's control channel (oob) restricted to the veth's subnet.
+MPI_MCA = {"pml": "ob1", "btl": "tcp,self", "btl_tcp_if_include": f"{SUBNET}.0/24",
+           "oob_tcp_if_include": f"{SUBNET}.0/24", "plm_rsh_no_tree_spawn": "1"}
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+
+@contextmanager
+def two_hosts(tag: str) -> Iterator[tuple[list[str], str]]:
+    """Two network namespaces ("hosts") joined by a veth pair, SUBNET.1 and SUBNET.2; yields their
+    names and "" (or [], why they could not be made). Removed on leaving, also after an error:
+    the processes still in them are killed first, then the namespaces (the veth goes with them)."""
+    names = [f"distlab-{tag}-a", f"distlab-{tag}-b"]
+    made: list[str] = []
+    try:
+        why = ""
+        if os.geteuid() != 0:
+            why = "needs root (ip netns)"
+        elif not shutil.which("ip"):
+            why = "the ip command (iproute2) is not installed"
+        for n in names if not why else []:
+            _ip("netns", "del", n)   # left over from a run that was killed
+            r = _ip("netns", "add", n)
+            if r.returncode != 0:
+                why = f"network namespaces are refused here: ip netns add: {r.stderr.strip()}"
+                break
+            made.append(n)
+        if not why:
+            va, vb = f"dl{os.getpid() % 100000}a", f"dl{os.getpid() % 100000}b"
+            steps = [["link", "add", va, "type", "veth", "peer", "name", vb],
+                     ["link", "set", va, "netns", names[0]], ["link", "set", vb, "netns", names[1]]]
+            for i, (n, v) in enumerate(zip(names, (va, vb))):
+                steps += [["-n", n, "addr", "add", f"{SUBNET}.{i + 1}/24", "dev", v],
+                          ["-n", n, "link", "set", v, "up"], ["-n", n, "link", "set", "lo", "up"]]
+            for s in steps:
+                r = _ip(*s)
+                if r.returncode != 0:
+                    why = f"ip {' '.join(s)}: {r.stderr.strip()}"
+                    break
+        yield (names, "") if not why else ([], why)
+    finally:
+        for n in made:
+            pids = _ip("netns", "pids", n).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except (ValueError, OSError):
+                    pass
+            _ip("netns", "del", n)
+
+
+def _agent(folder: Path, names: list[str]) -> Path:
+    """The rsh agent mpirun uses to start its daemon on the second host: `agent HOST COMMAND...`
+    runs COMMAND in HOST's namespace, as ssh would on a real machine."""
+    agent = folder / "netns-rsh"
+    agent.write_text("#!/bin/sh\n# mpirun calls: netns-rsh HOST COMMAND...\nhost=$1; shift\ncase $host in\n"
+                     + "".join(f"  {SUBNET}.{i + 1}) ns={n} ;;\n" for i, n in enumerate(names))
+                     + "  *) echo \"netns-rsh: unknown host $host\" >&2; exit 1 ;;\nesac\n"
+                     + "exec ip netns exec \"$ns\" /bin/sh -c \"$*\"\n")
+    agent.chmod(0o755)
+    return agent
+
+
+def _mpirun(np: int, program: list[str], hostfile: Path | None, agent: Path | None,
+            netns: str | None) -> subprocess.CompletedProcess[str]:
+    mca = dict(MPI_MCA) if hostfile else {"btl": "tcp,self", "pml": "ob1"}
+    cmd = ["mpirun", "-np", str(np), "--oversubscribe"]
+    if hostfile and agent:
+        cmd += ["--hostfile", str(hostfile), "--map-by", "node", "--mca", "plm_rsh_agent", str(agent)]
+    else:
+        mca["btl_tcp_if_include"] = "lo"
+        mca["oob_tcp_if_include"] = "lo"
+    for k, v in mca.items():
+        cmd += ["--mca", k, v]
+    cmd += ["--tag-output", *program]
+    if netns:
+        cmd = ["ip", "netns", "exec", netns, *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=300,
+                          env=dict(os.environ, **MPI_ENV), stdin=subprocess.DEVNULL)
+
+
+def _hosts_seen(out: str) -> set[str]:
+    return set(re.findall(r"^\[\d+,\d+\]<stdout>:distlab-host (\S+)", out, re.M))
+
+
+def _values(out: str) -> list[str]:
+    """The lines of rank 0's output that carry values: the losses, with the wall times cut off."""
+    lines = [re.sub(r"^\[\d+,\d+\]<stdout>:", "", line) for line in out.splitlines()
+             if re.match(r"^\[\d+,0\]<stdout>:", line)]
+    return [re.sub(r"\| step time.*$", "", line).strip() for line in lines if "loss" in line]
+
+
+def step_mpihosts(t: Tally) -> None:
+    t.step("mpihosts: an Open MPI job across two hosts (two network namespaces, TCP only)")
+    if not shutil.which("mpirun"):
+        print("    skipped: Open MPI's mpirun is not installed", flush=True)
+        return
+    say = ws.Progress(False)
+    with ws.solutions_tree(say) as tb:
+        ws.configure(tb, tb.build, ws.BASE_CACHE, say)
+        known = cmake.targets(tb.build)
+        targets = ["test_03_collectives_mpi", "run_06_data_parallel"]
+        if not t.check(all(x in known for x in targets), "the reference tree has the Open MPI backend's "
+                       "targets " + ", ".join(targets), "see the 'distlab: MPI backend' configure line"):
+            return
+        r = cmake.build(tb.build, targets, progress=say)
+        if not t.check(r.ok, "the MPI programs build", tb.first_errors(r.output)):
+            return
+        bindir = tb.build / "bin"
+        with two_hosts(str(os.getpid())) as (names, why), tempfile.TemporaryDirectory() as tmp:
+            if why:
+                print(f"    skipped: {why}", flush=True)
+                return
+            folder = Path(tmp)
+            os.chmod(folder, 0o755)
+            hostfile = folder / "hostfile"
+            hostfile.write_text(f"{SUBNET}.1 slots=2\n{SUBNET}.2 slots=2\n")
+            agent = _agent(folder, names)
+            print(f"    hosts {SUBNET}.1 ({names[0]}) and {SUBNET}.2 ({names[1]}), veth pair, "
+                  f"mpirun in {names[0]}", flush=True)
+            # Which host each rank runs on: its network namespace, as the kernel names it.
+            probe = ["/bin/sh", "-c", "echo distlab-host $(ip netns identify $$)"]
+            p = _mpirun(4, probe, hostfile, agent, names[0])
+            seen = _hosts_seen(p.stdout)
+            t.check(p.returncode == 0 and seen == set(names), "mpihosts: the job's ranks run on both hosts",
+                    f"status {p.returncode}, hosts seen {sorted(seen)}\n{(p.stdout + p.stderr)[-2000:]}")
+            if p.returncode != 0:
+                return
+            t0 = time.monotonic()
+            r3 = _mpirun(4, [str(bindir / "test_03_collectives_mpi"), "--gtest_brief=1"], hostfile, agent, names[0])
+            t.check(r3.returncode == 0, "mpihosts: 03's MPI tests (closed-form values) pass on 4 ranks "
+                    "across two hosts", (r3.stdout + r3.stderr)[-2500:])
+            prog = [str(bindir / "run_06_data_parallel"), "--backend", "mpi"]
+            two = _mpirun(4, prog, hostfile, agent, names[0])
+            one = _mpirun(4, prog, None, None, None)
+            v2, v1 = _values(two.stdout), _values(one.stdout)
+            t.check(two.returncode == 0 and one.returncode == 0 and bool(v1) and v1 == v2,
+                    "mpihosts: 06's training on 4 ranks across two hosts prints the losses of one host",
+                    f"status {two.returncode} (two hosts), {one.returncode} (one host)\n"
+                    f"two hosts: {v2[:6]}\none host:  {v1[:6]}\n{(two.stderr or one.stderr)[-1500:]}")
+            print(f"    03's MPI tests and 06's training ({len(v1)} loss lines) in "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
+    leftover = [n for n in _ip("netns", "list").stdout.split() if n in names]
+    t.check(not leftover, "mpihosts: the namespaces are removed", " ".join(leftover))
