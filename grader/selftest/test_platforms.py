@@ -17,7 +17,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "grader"))
 
-from pydistlab import deps  # noqa: E402
+from unittest import mock  # noqa: E402
+
+from pydistlab import deps, paths  # noqa: E402
 
 #: The newest CMakePresets.json schema each CMake reads (cmake-presets(7)).
 PRESETS_SCHEMA = {(3, 19): 1, (3, 20): 2, (3, 21): 3, (3, 22): 3, (3, 23): 4, (3, 24): 5, (3, 25): 6}
@@ -78,6 +80,38 @@ class TestPackageNames(unittest.TestCase):
     def test_every_requirement_has_a_debian_package(self) -> None:
         for r in deps.REQUIREMENTS:
             self.assertTrue(r.package, r.what)
+
+
+
+class TestContainerLimits(unittest.TestCase):
+    """Parallel compiles and test workers follow the cgroup's limits (Gradescope: 0.5 CPU, 768 MB),
+    not the host's cores."""
+
+    def jobs(self, cores: int, cpu: float | None, mem_mb: int | None) -> tuple[int, int]:
+        with mock.patch.object(paths, "nproc", return_value=cores), \
+                mock.patch.object(paths, "cpu_limit", return_value=cpu), \
+                mock.patch.object(paths, "memory_limit", return_value=mem_mb and mem_mb * 2 ** 20):
+            return paths.cpus(), paths.build_jobs()
+
+    def test_gradescope_default(self) -> None:
+        self.assertEqual(self.jobs(64, 0.5, 768), (1, 1))   # two compiles side by side exceed 768 MB
+
+    def test_no_limits_is_the_host(self) -> None:
+        self.assertEqual(self.jobs(8, None, None), (8, 8))
+
+    def test_quota_rounds_up_and_memory_bounds_compiles(self) -> None:
+        self.assertEqual(self.jobs(8, 2.5, None), (3, 3))
+        cores, jobs = self.jobs(8, None, 2048)
+        self.assertEqual(cores, 8)
+        self.assertEqual(jobs, (2048 - paths.RESERVE_MB) // paths.COMPILE_MB)
+        self.assertEqual(self.jobs(8, None, 100), (8, 1))   # never fewer than one
+
+    def test_reads_this_process_cgroup(self) -> None:
+        # Whatever this machine has: a positive quota or None, a positive limit or None.
+        cpu, mem = paths.cpu_limit(), paths.memory_limit()
+        self.assertTrue(cpu is None or cpu > 0)
+        self.assertTrue(mem is None or mem > 0)
+        self.assertGreaterEqual(paths.build_jobs(), 1)
 
 
 if __name__ == "__main__":

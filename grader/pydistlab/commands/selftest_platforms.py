@@ -72,8 +72,7 @@ def _toolchain() -> tuple[str, str]:
 
 
 def _clang_cache(clang: str) -> dict[str, str]:
-    cc = shutil.which("clang") or clang
-    return {"CMAKE_CXX_COMPILER": clang, "CMAKE_C_COMPILER": cc, "CMAKE_BUILD_TYPE": "Release",
+    return {"CMAKE_CXX_COMPILER": clang, "CMAKE_BUILD_TYPE": "Release",
             "CMAKE_CXX_FLAGS": LIBCXX, "CMAKE_EXE_LINKER_FLAGS": LIBCXX,
             "CMAKE_SHARED_LINKER_FLAGS": LIBCXX}
 
@@ -84,7 +83,8 @@ def _gtest(clang: str) -> tuple[Path | None, str]:
     if (prefix / "lib" / "libgtest.a").is_file() and (prefix / "lib" / "cmake" / "GTest").is_dir():
         return prefix, ""
     bdir = CLANG_DIR / "gtest-build"
-    cache = dict(_clang_cache(clang), BUILD_GMOCK="OFF", INSTALL_GTEST="ON", CMAKE_INSTALL_PREFIX=str(prefix))
+    cache = dict(_clang_cache(clang), BUILD_GMOCK="OFF", INSTALL_GTEST="ON", CMAKE_INSTALL_PREFIX=str(prefix),
+                 CMAKE_C_COMPILER=shutil.which("clang") or clang)   # GoogleTest's project enables C too
     cmd = ["cmake", "-S", str(GTEST_SRC), "-B", str(bdir), "-G", "Ninja", *(f"-D{k}={v}" for k, v in cache.items())]
     r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if r.returncode == 0:
