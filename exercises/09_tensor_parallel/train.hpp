@@ -78,7 +78,6 @@ class Trainer {
 
  private:
   TpConfig config_;
-  const datasets::Split* data_;
   datasets::BatchLoader loader_;
   TpMLP model_;
   std::unique_ptr<MomentumSGD> sgd_;

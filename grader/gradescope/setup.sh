@@ -14,9 +14,17 @@ if [ "$(id -u)" = 0 ] && ! command -v python3 >/dev/null 2>&1; then
 fi
 cd "$AG/source/distlab"
 ./distlab doctor --install --grading   # no plotting packages: grading never plots
-# Warm the build trees: grade an empty submission (every module's stub) once.
-empty="$(mktemp -d)"
-./distlab grade --submission "$empty" --hidden --quiet --out "$(mktemp -d)" || true
+# Warm the build trees with everything a submission can need: grade the reference's files as a
+# submission (every item passes, so the ThreadSanitizer tree of 02 is built too), then an empty
+# submission (every module's stub), so the trees hold the stubs' sources when setup ends. A
+# submission then compiles only its own files. Parallel compiles follow this container's cgroup
+# CPU quota and memory limit (grader/pydistlab/paths.py, build_jobs).
+warm="$(mktemp -d)"
+./distlab submit --reference -o "$warm/reference.zip" >/dev/null
+./distlab grade --submission "$warm/reference.zip" --hidden --quiet --out "$warm/reference" || true
+mkdir "$warm/empty"
+./distlab grade --submission "$warm/empty" --hidden --quiet --out "$warm/stubs" || true
+rm -rf "$warm"
 # Lock away what submissions must not read: the references (needed only to build prerequisites,
 # which the grader does as root) and the hidden tests become root-only. Under bubblewrap they are
 # out of sight anyway; without namespaces the submission's files are compiled and its tests run as

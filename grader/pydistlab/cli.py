@@ -71,6 +71,9 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     if a.what == "selftest":
         from .commands import bench_selftest
         return bench_selftest.main(a)
+    if a.what == "gradescope":
+        from .commands import bench_gradescope
+        return bench_gradescope.main(a)
     from .commands import bench
     return bench.main(a)
 
@@ -87,7 +90,7 @@ def _cmd_hint(a: argparse.Namespace) -> int:
 
 def _cmd_submit(a: argparse.Namespace) -> int:
     from .commands import submit
-    return submit.main(a.output, a.modules)
+    return submit.main(a.output, a.modules, a.reference)
 
 
 def _cmd_release(a: argparse.Namespace) -> int:
@@ -188,10 +191,12 @@ def parser() -> argparse.ArgumentParser:
 
     be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives|pipeline|ps [--plot FILE.png] [ARGS]; "
                                   "./distlab bench loop: the student's loop timed on a fresh copy; "
-                                  "./distlab bench selftest: ./distlab test on a fresh copy, again, and after an edit")
-    be.add_argument("what", choices=["collectives", "pipeline", "ps", "loop", "selftest"])
+                                  "./distlab bench selftest: ./distlab test on a fresh copy, again, and after an edit; "
+                                  "./distlab bench gradescope: setup.sh and run_autograder under Gradescope's "
+                                  "default resources (0.5 CPU, 768 MB)")
+    be.add_argument("what", choices=["collectives", "pipeline", "ps", "loop", "selftest", "gradescope"])
     be.add_argument("--keep", default=None, metavar="DIR",
-                    help="loop, selftest: make the fresh copy in DIR/kit (default: a new temporary folder)")
+                    help="loop, selftest, gradescope: make the fresh copy in DIR/kit (default: a new temporary folder)")
     be.add_argument("--plot", default=None, metavar="FILE.png",
                     help="collectives: simulated time vs size per algorithm (from run_03_collectives --csv); "
                          "pipeline: bubble fraction and peak stash vs microbatches per schedule "
@@ -199,6 +204,10 @@ def parser() -> argparse.ArgumentParser:
                          "ps: step time vs workers per layout and test loss vs simulated time per mode "
                          "(from run_08_parameter_server --sweep --compare --csv)")
     be.add_argument("--no-mpi", action="store_true", help="skip the Open MPI comparison")
+    be.add_argument("--cpus", default="0.5", help="gradescope: the CPU quota (default 0.5)")
+    be.add_argument("--memory-mb", default="768", help="gradescope: the memory limit in MB (default 768)")
+    be.add_argument("--setup-unlimited", action="store_true",
+                    help="gradescope: run setup.sh without the CPU quota (the memory limit stays)")
     be.set_defaults(passthrough=True)
 
     g = add("grade", _cmd_grade, "build and grade exercises on a clean copy of the kit")
@@ -233,6 +242,8 @@ def parser() -> argparse.ArgumentParser:
     s = add("submit", _cmd_submit, "pack your owned files into a zip for upload")
     s.add_argument("modules", nargs="*", metavar="MODULE", help="only these modules (default all)")
     s.add_argument("-o", "--output", default="submission.zip")
+    s.add_argument("--reference", action="store_true",
+                   help="instructors: pack the reference's version of the owned files (full marks)")
 
     add("sync", _cmd_sync, "regenerate exercises/ from solutions/ (solution regions become TODOs)")
     c = add("check", _cmd_check, "consistency checks: --stubs (exercises/ in sync with solutions/)")

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import deps
 from .errors import DistlabError
-from .paths import ROOT, nproc
+from .paths import ROOT, build_jobs
 
 #: Cache settings of the presets in CMakePresets.json, for trees configured without --preset
 #: (the grader's clean copies live outside the source tree the presets name).
@@ -78,6 +79,9 @@ def configure(src: Path, build_dir: Path, cache: dict[str, str], preset: str | N
             raise DistlabError(f"CMake could not reconfigure {build_dir} with {changed} "
                                f"(status {r.returncode}):\n{(r.stdout or '')[-3000:]}{(r.stderr or '')[-3000:]}")
         return
+    gxx = "" if os.environ.get("CXX") or "CMAKE_CXX_COMPILER" in cache else deps.newer_gxx()
+    if gxx:   # the default g++ is too old (Ubuntu 22.04's 11): g++-12 or newer, installed beside it
+        cache = dict(cache, CMAKE_CXX_COMPILER=gxx)
     cmd = ["cmake", "-S", str(src), "-B", str(build_dir), "-G", "Ninja"]
     if preset:
         cmd = ["cmake", "--preset", preset, "-B", str(build_dir)]
@@ -97,7 +101,7 @@ def build(build_dir: Path, targets: list[str], keep_going: bool = False, capture
     With progress, ninja's "[done/total]" status is reported every few seconds while building.
     prefix: a command the build runs under (the grading sandbox, sandbox.build_view()).
     dry_run: ninja -n (the steps it would run, none run)."""
-    cmd = ["cmake", "--build", str(build_dir), "-j", str(jobs or nproc())]
+    cmd = ["cmake", "--build", str(build_dir), "-j", str(jobs or build_jobs())]
     for t in targets:
         cmd += ["--target", t]
     if keep_going or dry_run:

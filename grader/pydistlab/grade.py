@@ -32,7 +32,7 @@ from .errors import DistlabError
 from .grading import items, passes, plan
 from .grading.builds import BuildRun, build_modules
 from .grading.passes import NOT_RUN, GradeOptions, Order
-from .paths import ROOT, is_release, nproc
+from .paths import ROOT, cpus, is_release
 from .results import GradeRun, Mode, ModuleResult
 
 __all__ = ["GradeOptions", "NOT_RUN", "Order", "grade"]
@@ -79,7 +79,7 @@ def _grade_tree(tree: plan.TreePlan, options: GradeOptions, results: dict[str, M
     """Builds and runs the tree's passes; fills in the results of the modules graded from it.
     Returns the time of each build (configuring and CMake's re-runs included)."""
     first, tsan_pass = passes.passes_for(options)
-    workers, hidden = options.jobs or nproc(), options.hidden
+    workers, hidden = options.jobs or cpus(), options.hidden
     times: list[float] = []
     with ws.open_tree(tree.tree_id, tree.overlay, hidden, say) as tb:
         t_build = time.monotonic()

@@ -722,6 +722,13 @@ class TestGradescope(GraderTestCase):
         self.assertEqual(tests["01_fix/add_large"]["status"], "passed")
         self.assertEqual(tests["01_fix/add_large"]["visibility"], "after_published")
         self.assertEqual(tests["02_dep/quadruple"]["score"], 0)
+        # DISTLAB_MODULES: an assignment that covers part of the course grades only its modules.
+        r = subprocess.run(["bash", str(ag / "source/run_autograder")], capture_output=True, text=True,
+                           env=dict(os.environ, AUTOGRADER_ROOT=str(ag), DISTLAB_MODULES="01_fix"), timeout=900)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        names = [t["name"] for t in json.loads((ag / "results/results.json").read_text())["tests"]]
+        self.assertIn("01_fix/add", names)
+        self.assertFalse([n for n in names if n.startswith("02_dep/")], names)
 
 
 class TestStudentMode(GraderTestCase):

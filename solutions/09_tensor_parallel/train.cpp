@@ -195,7 +195,6 @@ std::vector<mlp::Parameter*> TpMLP::parameters() {
 
 Trainer::Trainer(const TpConfig& config, const datasets::Split& data)
     : config_(config),
-      data_(&data),
       loader_(data.train, config.model.batch_size, config.model.seed + 3),
       model_(mlp::MLP(config.model, config.model.seed + 2), make_grid(config.tp, config.dp),
              config.flops_per_s) {

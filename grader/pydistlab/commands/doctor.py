@@ -87,19 +87,26 @@ def _backends() -> None:
 
 
 def main(install: bool = False, grading_only: bool = False) -> int:
-    print("distlab doctor: tools and libraries\n")
+    where = deps.system()
+    kind = {"macos": "Homebrew formula", "ubuntu-22.04": "Ubuntu 22.04 package"}.get(where, "Debian package")
+    print(f"distlab doctor: tools and libraries ({where or 'unknown system'})\n")
+    gxx = deps.newer_gxx() or "g++"
     versions = {
-        "g++": lambda: _first_line(["g++", "--version"]),
+        "g++": lambda: _first_line(["clang++" if where == "macos" else gxx, "--version"]),
         "cmake": lambda: _first_line(["cmake", "--version"]),
         "ninja-build": lambda: _first_line(["ninja", "--version"]),
         "openmpi-bin": lambda: _first_line(["mpirun", "--version"]),
         "python3": lambda: f"Python {sys.version.split()[0]} ({sys.executable})",
     }
     for r in deps.REQUIREMENTS:
+        if not deps.applies_here(r):
+            continue
         ok = r.present()
         detail = versions[r.package]() if ok and r.package in versions else ("found" if ok else "missing")
-        _row(r.what, ok, detail, "" if ok else f"(Debian package {r.package}" +
+        _row(r.what, ok, detail, "" if ok else f"({kind} {deps.package_name(r) or r.package}" +
              (", optional)" if r.optional else ")"))
+    if gxx != "g++":
+        print(f"  (g++ is older than {deps.GCC_MINIMUM}: the kit configures its trees with {gxx})")
 
     print("\n  GPU backends (optional; the threads backend needs none of this)")
     nvcc = shutil.which("nvcc") or next(iter(glob.glob("/usr/local/cuda*/bin/nvcc")), "")
@@ -120,9 +127,14 @@ def main(install: bool = False, grading_only: bool = False) -> int:
     _backends()
 
     print("\n  Grading sandbox" + ("" if is_release() else " (docs/instructor-guide.md, Threat model)"))
-    box = sandbox.probe("auto") if shutil.which("bwrap") else sandbox.Status(
-        "limits-only", "bubblewrap is not installed")
-    _row("bubblewrap namespaces", box.isolated, sandbox.describe(box))
+    if where == "macos":
+        _row("bubblewrap namespaces", False, "none on macOS: bubblewrap, prlimit and setpriv are Linux "
+             "tools, so ./distlab grade runs your tests with your own rights and no limits; grading "
+             "for marks happens on Linux (docs/student-guide.md)")
+    else:
+        box = sandbox.probe("auto") if shutil.which("bwrap") else sandbox.Status(
+            "limits-only", "bubblewrap is not installed")
+        _row("bubblewrap namespaces", box.isolated, sandbox.describe(box))
 
     need = deps.missing(include_optional=False)
     optional = [r for r in deps.missing(include_optional=True) if r.optional]
@@ -130,17 +142,17 @@ def main(install: bool = False, grading_only: bool = False) -> int:
         optional = [r for r in optional if r.grading]
     print()
     if install and (need or optional):
-        deps.apt_install(sorted({r.package for r in need + optional}), ", ".join(r.what for r in need + optional))
+        deps.apt_install(deps.packages(need + optional), ", ".join(r.what for r in need + optional))
         print("installed; run ./distlab doctor again to see the result")
         return 0
     if need:
-        packages = sorted({r.package for r in need})
         print(f"missing: {', '.join(r.what for r in need)}")
-        print(f"install with:\n    {deps.install_line(packages)}\n(or ./distlab doctor --install as root; "
-              f"./distlab build/grade/test install them by themselves when run as root)")
+        print(f"install with:\n    {deps.install_line(deps.packages(need))}\n"
+              + ("" if where == "macos" else "(or ./distlab doctor --install as root; ./distlab "
+                 "build/grade/test install them by themselves when run as root)"))
         return 1
     print("everything the kit needs is installed.")
     if optional:
         print(f"optional: {', '.join(r.what for r in optional)}: "
-              f"{deps.install_line(sorted({r.package for r in optional}))}")
+              f"{deps.install_line(deps.packages(optional))}")
     return 0

@@ -30,6 +30,14 @@ Steps (each counts its checks):
   py310      where a Python 3.10 is installed (python3.10, or pyenv's): ./distlab --help and the
              grader's unit tests that need no build, plus two grades of the miniature kit, under it
              (tomli from pip in build/tools/py310; commands/selftest_python.py)
+  clang      clang++ with libc++ (macOS's toolchain, checked on Linux): the kit, the reference and
+             the public tests build with -Werror, the threads backend's and the modules' public
+             tests pass, every stub file compiles warning-free (build/clang/, reused between runs;
+             commands/selftest_platforms.py)
+  mpihosts   root on Linux: an Open MPI job across two hosts made of two network namespaces and a
+             veth pair (TCP only, restricted to it): 03's MPI tests pass and 06's training prints
+             the losses of one host; skipped with the reason where namespaces are refused
+             (commands/selftest_platforms.py)
 """
 from __future__ import annotations
 
@@ -47,12 +55,12 @@ from .. import deps, doc_commands, grade, manifest as mf, promises
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
-from . import cxxformat, golden, release, selftest_python, stubs
+from . import cxxformat, golden, release, selftest_platforms, selftest_python, stubs
 from .selftest_build import step_build, step_nccl, step_tsan
 from .tally import Tally
 
 STEPS = ["build", "commands", "tsan", "nccl", "solutions", "stubs", "sync", "golden", "release", "selftest", "mutants",
-         "lint", "py310", "format"]
+         "lint", "py310", "format", "clang", "mpihosts"]
 RUFF = "ruff==0.17.6"   # installed by the lint step when no ruff is on PATH
 
 
@@ -309,7 +317,8 @@ def main(a: argparse.Namespace) -> int:
              "solutions": step_solutions,
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
              "selftest": step_selftest, "mutants": step_mutants, "lint": step_lint,
-             "py310": selftest_python.step_py310, "format": step_format}
+             "py310": selftest_python.step_py310, "format": step_format,
+             "clang": selftest_platforms.step_clang, "mpihosts": selftest_platforms.step_mpihosts}
     times: list[tuple[str, float, float]] = []   # (step, wall s, CPU s of this process and its children)
     for name in STEPS:
         if name not in only:

@@ -17,7 +17,7 @@ from .tally import Tally
 TOMLI = "tomli==2.0.1"   # tomllib for Python 3.10 (3.11's tomllib is tomli 1.2.3 plus fixes)
 #: The grader's unit tests run again under Python 3.10: the ones that need no build, and one grade
 #: of the miniature kit (a whole grading run: build, sandbox, report) under that interpreter.
-PY310_TESTS = ["test_hints", "test_grading_plan", "test_audit", "test_names", "test_new_module",
+PY310_TESTS = ["test_hints", "test_platforms", "test_grading_plan", "test_audit", "test_names", "test_new_module",
                "test_mutant_order", "test_runtime.TestReportChecks", "test_runtime.TestEnvironment",
                "test_grader.TestGrading.test_stubs_score_zero",
                "test_grader.TestGrading.test_solutions_score_full_marks_with_hidden"]
