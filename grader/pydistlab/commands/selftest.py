@@ -13,7 +13,10 @@ Steps (each counts its checks):
              and link (its own tree); the tests run and skip, with a message, where no GPU is seen
   solutions  ./distlab grade --solutions --hidden: every item must pass
   stubs      ./distlab grade on exercises/: every item must score zero, stubs compile
-  sync       ./distlab check --stubs
+  sync       ./distlab check --stubs, and the transcription check: no formula of a solution region
+             in a module's README, C++ comments and TODO texts, hint levels 1-2 or docs/NN_*.md
+             (grader/pydistlab/transcription.py; grader/selftest/transcription.toml lists the
+             modules whose findings are only listed, and the formulas a module may print)
   golden     reference outputs reproduce (./distlab golden --check)
   release    ./distlab release writes a repository without solutions and hidden tests
   selftest   the grader's own unittests (grader/selftest) on planted submissions
@@ -43,7 +46,7 @@ import subprocess
 import sys
 import time
 
-from .. import deps, doc_commands, grade, manifest as mf
+from .. import deps, doc_commands, grade, manifest as mf, transcription
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
@@ -128,6 +131,23 @@ def step_sync(t: Tally) -> None:
     t.check(rc == 0, "exercises/ in sync with solutions/", buf.getvalue())
     if rc == 0:
         print("    " + buf.getvalue().strip())
+    step_transcription(t)
+
+
+def step_transcription(t: Tally) -> None:
+    """No formula of a solution region in what a student reads (grader/pydistlab/transcription.py);
+    the modules marked pending in grader/selftest/transcription.toml are listed, not failed."""
+    config = transcription.load_config()
+    for module in mf.load().order:
+        found = transcription.findings(module, config)
+        if module in config.pending:
+            for f in found:
+                print(f"    pending {f}", flush=True)
+            continue
+        for f in found:
+            t.check(False, f"sync: {f}")
+        if not found:
+            t.check(True, f"sync: {module} prints no formula of its solution")
 
 
 def step_golden(t: Tally) -> None:
