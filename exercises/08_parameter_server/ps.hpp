@@ -101,12 +101,17 @@ struct ServerLog {
 bool ssp_may_proceed(int pushes, int slowest, int staleness);
 
 /// Task 3 (server, rank 0). The server's version is the number of updates applied so far (0 at
-/// the start). Until it has applied options.updates gradients: take the next push from whichever
-/// worker (dist::recv_any, kPushTag), apply it to `weights`, count it, log it (source,
-/// staleness, time; options.on_update if set), then reply (kReplyTag, [weights..., version]) to every waiting worker that
-/// ssp_may_proceed allows, in worker order, updating max_lead. When done, it tells every worker
-/// to stop (a reply whose version is kStopVersion): the waiting ones at once, the others when
-/// their next push arrives (that gradient is not applied). Returns the log.
+/// the start). What must hold:
+///   * it applies exactly options.updates gradients to `weights`, each on its own, in the order the
+///     pushes arrive from whichever worker (dist::recv_any, kPushTag); the log has one entry per
+///     applied update, in that order (source, staleness, time; options.on_update after each);
+///   * a worker that pushed waits for its reply (kReplyTag, [weights..., version]); replies go out
+///     only right after an update, to the waiting workers that ssp_may_proceed lets go on, in
+///     worker order; max_lead is the largest lead of a worker at the moment it is answered;
+///   * no reply carries weights after the last update: then every worker gets exactly one stop
+///     reply (version kStopVersion), the waiting ones at once, the others when their next push
+///     arrives (that gradient is not applied).
+/// Returns the log.
 ServerLog async_server(std::span<float> weights, const AsyncOptions& options, const Layout& layout);
 
 /// Computes a gradient of the model at `weights` into `grad` (the kit gives one: gradient_fn).
