@@ -7,7 +7,8 @@
 // SGD update to its shard and the workers PULL the new weights back (the two verbs of ps-lite).
 //
 // Your tasks, in order (see README.md):
-//   1. shard_range: which parameters each server owns.
+//   1. Given: shard_range, which parameters each server owns (the split of 01's chunk_bounds and
+//      03's and 04's shard_range).
 //   2. Synchronous: push_gradients and pull_weights (worker side), server_step (server side):
 //      every step the server averages all workers' gradients, so the weights equal 06's
 //      all-reduce data parallelism.
@@ -54,10 +55,16 @@ struct Range {
   std::size_t size() const { return end - begin; }
 };
 
-/// Task 1. Server `index`'s shard of n parameters over `parts` servers: consecutive shards in
+/// Given. Server `index`'s shard of n parameters over `parts` servers: consecutive shards in
 /// server order that cover [0, n) exactly once, sizes differing by at most one, the larger ones
 /// first (n = 10 over 3 servers: 4, 3, 3 parameters).
-Range shard_range(std::size_t n, int parts, int index);
+inline Range shard_range(std::size_t n, int parts, int index) {
+  const auto p = static_cast<std::size_t>(parts);
+  const auto i = static_cast<std::size_t>(index);
+  const std::size_t base = n / p, extra = n % p;
+  const std::size_t begin = i * base + (i < extra ? i : extra);
+  return {begin, begin + base + (i < extra ? 1 : 0)};
+}
 
 // ---- Task 2: synchronous, k servers -----------------------------------------------------------
 
