@@ -176,6 +176,7 @@ def step_release(t: Tally) -> None:
     t.check(not (out / "solutions").exists(), "release: no solutions/")
     t.check(not (out / "grader" / "hidden").exists(), "release: no grader/hidden/ (hidden tests and items)")
     t.check(not (out / "grader" / "mutants").exists(), "release: no grader/mutants/ (the instructor mutants)")
+    t.check(not (out / "grader" / "answers").exists(), "release: no grader/answers/ (the answer keys)")
     released = out / "grader" / "manifest.toml"
     t.check(released.is_file() and released.read_bytes() == MANIFEST.read_bytes(),
             "release: grader/manifest.toml is the kit's, unchanged")
