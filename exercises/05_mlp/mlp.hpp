@@ -107,18 +107,19 @@ struct Parameter {
 
 /// y = x W^T.   x: B x in, w: out x in, y: B x out.
 void linear_forward(const Matrix& x, const Matrix& w, Matrix& y);
-/// dw = dy^T x  (d loss / d W, given dy = d loss / d y).
+/// dw = d loss / d W (out x in, like W), given x and dy = d loss / d y of linear_forward; checked
+/// against finite differences (README: Questions; docs/05_mlp.md derives it).
 void linear_backward_weight(const Matrix& x, const Matrix& dy, Matrix& dw);
-/// dx = dy W    (d loss / d x).
+/// dx = d loss / d x (B x in, like x), given W and dy = d loss / d y of linear_forward.
 void linear_backward_input(const Matrix& w, const Matrix& dy, Matrix& dx);
 
 /// y = tanh(x), elementwise.
 void tanh_forward(const Matrix& x, Matrix& y);
-/// dx = dy * (1 - y^2), given the forward's OUTPUT y.
+/// dx = d loss / d x of tanh, given the forward's OUTPUT y (tanh's derivative is a function of y).
 void tanh_backward(const Matrix& y, const Matrix& dy, Matrix& dx);
 /// y = max(x, 0), elementwise.
 void relu_forward(const Matrix& x, Matrix& y);
-/// dx = dy where x > 0, else 0, given the forward's INPUT x.
+/// dx = d loss / d x of ReLU, given the forward's INPUT x (the gradient is 0 where x <= 0).
 void relu_backward(const Matrix& x, const Matrix& dy, Matrix& dx);
 
 /// Softmax cross-entropy, averaged over the batch. Numerically stable: subtract each row's
@@ -127,7 +128,8 @@ void relu_backward(const Matrix& x, const Matrix& dy, Matrix& dx);
 /// Labels must lie in [0, C) (else std::out_of_range).
 float softmax_cross_entropy_forward(const Matrix& logits, std::span<const std::int32_t> labels,
                                     Matrix& probs);
-/// dlogits = (probs - onehot(labels)) / B.
+/// dlogits = d (mean loss) / d logits (B x C), given the forward's probs: the gradient of the
+/// batch mean, so it scales with 1/B; checked against finite differences.
 void softmax_cross_entropy_backward(const Matrix& probs, std::span<const std::int32_t> labels,
                                     Matrix& dlogits);
 

@@ -226,6 +226,27 @@ int main(int argc, char** argv) {
                     2.0 * (w - 1) / w * n * 4e-6);
         std::fflush(stdout);
       }
+      // More servers shorten every message but add one to the chain of messages: the step time
+      // falls, then rises again. Where it turns is the student's to find (README, question 1).
+      const int w = 8;
+      std::printf(
+          "\none synchronous step with w = %d workers vs servers k: simulated ms "
+          "(measured / formula)\n",
+          w);
+      std::printf("%4s | %-21s | %s\n", "k", "step", "server j's link MB/step");
+      int best_k = 1;
+      double best = 0;
+      for (int k : {1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 64}) {
+        const double t = ps::measure_server_step(w, k, n, net);
+        const double f = ps::formula_server_step(w, k, n, net);
+        if (k == 1 || t < best) best = t, best_k = k;
+        std::printf("%4d | %9.4f / %9.4f | %.3f in + %.3f out\n", k, t * 1e3, f * 1e3,
+                    w * static_cast<double>(ps::shard_range(n, k, 0).size()) * 4e-6,
+                    w * static_cast<double>(ps::shard_range(n, k, 0).size()) * 4e-6);
+        if (csv) std::fprintf(csv, "servers,w%d,%d,%.9g\n", w, k, t);
+        std::fflush(stdout);
+      }
+      std::printf("fastest of these: k = %d servers, %.4f ms\n", best_k, best * 1e3);
     }
     if (csv) std::fclose(csv);
     return 0;

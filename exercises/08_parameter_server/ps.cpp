@@ -10,11 +10,6 @@
 
 namespace ps {
 
-Range shard_range(std::size_t n, int parts, int index) {
-  DISTLAB_TODO("server `index`'s consecutive shard of n parameters, with the sizes and order "
-               "ps.hpp (Task 1) states; 03's and 04's shard_range split the same way");
-}
-
 void push_gradients(std::span<const float> grad, const Layout& layout) {
   DISTLAB_TODO("give every server its own part of this worker's gradient, one message each "
                "(ps.hpp, Task 2: which part, which tag)");

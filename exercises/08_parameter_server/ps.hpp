@@ -7,7 +7,8 @@
 // SGD update to its shard and the workers PULL the new weights back (the two verbs of ps-lite).
 //
 // Your tasks, in order (see README.md):
-//   1. shard_range: which parameters each server owns.
+//   1. Given: shard_range, which parameters each server owns (the split of 01's chunk_bounds and
+//      03's and 04's shard_range).
 //   2. Synchronous: push_gradients and pull_weights (worker side), server_step (server side):
 //      every step the server averages all workers' gradients, so the weights equal 06's
 //      all-reduce data parallelism.
@@ -54,10 +55,16 @@ struct Range {
   std::size_t size() const { return end - begin; }
 };
 
-/// Task 1. Server `index`'s shard of n parameters over `parts` servers: consecutive shards in
+/// Given. Server `index`'s shard of n parameters over `parts` servers: consecutive shards in
 /// server order that cover [0, n) exactly once, sizes differing by at most one, the larger ones
 /// first (n = 10 over 3 servers: 4, 3, 3 parameters).
-Range shard_range(std::size_t n, int parts, int index);
+inline Range shard_range(std::size_t n, int parts, int index) {
+  const auto p = static_cast<std::size_t>(parts);
+  const auto i = static_cast<std::size_t>(index);
+  const std::size_t base = n / p, extra = n % p;
+  const std::size_t begin = i * base + (i < extra ? i : extra);
+  return {begin, begin + base + (i < extra ? 1 : 0)};
+}
 
 // ---- Task 2: synchronous, k servers -----------------------------------------------------------
 
@@ -101,12 +108,17 @@ struct ServerLog {
 bool ssp_may_proceed(int pushes, int slowest, int staleness);
 
 /// Task 3 (server, rank 0). The server's version is the number of updates applied so far (0 at
-/// the start). Until it has applied options.updates gradients: take the next push from whichever
-/// worker (dist::recv_any, kPushTag), apply it to `weights`, count it, log it (source,
-/// staleness, time; options.on_update if set), then reply (kReplyTag, [weights..., version]) to every waiting worker that
-/// ssp_may_proceed allows, in worker order, updating max_lead. When done, it tells every worker
-/// to stop (a reply whose version is kStopVersion): the waiting ones at once, the others when
-/// their next push arrives (that gradient is not applied). Returns the log.
+/// the start). What must hold:
+///   * it applies exactly options.updates gradients to `weights`, each on its own, in the order the
+///     pushes arrive from whichever worker (dist::recv_any, kPushTag); the log has one entry per
+///     applied update, in that order (source, staleness, time; options.on_update after each);
+///   * a worker that pushed waits for its reply (kReplyTag, [weights..., version]); replies go out
+///     only right after an update, to the waiting workers that ssp_may_proceed lets go on, in
+///     worker order; max_lead is the largest lead of a worker at the moment it is answered;
+///   * no reply carries weights after the last update: then every worker gets exactly one stop
+///     reply (version kStopVersion), the waiting ones at once, the others when their next push
+///     arrives (that gradient is not applied).
+/// Returns the log.
 ServerLog async_server(std::span<float> weights, const AsyncOptions& options, const Layout& layout);
 
 /// Computes a gradient of the model at `weights` into `grad` (the kit gives one: gradient_fn).

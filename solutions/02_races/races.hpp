@@ -95,8 +95,8 @@ double to_unit(std::uint64_t bits);
 ///   * different purposes give different values, and so do different seeds: no two distinct
 ///     (seed, rank, purpose) streams may collide -- in particular `seed + rank` is wrong, because
 ///     rank 1 with seed 42 would replay rank 0 with seed 43.
-/// Mix the inputs with splitmix64 (e.g. hash the seed, xor in the purpose, hash again, xor in the
-/// rank, hash again). rank >= 0 (else std::invalid_argument).
+/// Mix the inputs with splitmix64 (given above), so that distinct inputs give unrelated seeds.
+/// rank >= 0 (else std::invalid_argument).
 std::uint64_t stream_seed(std::uint64_t seed, int rank, Purpose purpose);
 
 /// Given. A generator for that stream: std::mt19937_64(stream_seed(seed, rank, purpose)).
@@ -111,10 +111,13 @@ std::vector<double> init_model(std::size_t n, std::uint64_t seed, int rank);
 /// x[i] = to_unit(gen()) in order. Different on every rank.
 std::vector<double> draw_data(std::size_t n, std::uint64_t seed, int rank);
 
-/// TODO. The order in which `rank` visits the n examples: a Fisher-Yates shuffle of 0..n-1 driven
-/// by gen = make_stream(seed, rank, Purpose::Shuffle): start from p = 0, 1, ..., n-1, then for
-/// i = n-1 down to 1: j = gen() % (i + 1), swap(p[i], p[j]). The same on every rank (the Shuffle
-/// stream ignores the rank), so every rank can take its own disjoint shard of one permutation.
+/// TODO. The order in which `rank` visits the n examples: a permutation of 0..n-1, the same on
+/// every rank (the Shuffle stream ignores the rank), so every rank can take its own disjoint shard
+/// of one permutation. It is the Fisher-Yates shuffle of the identity order,
+/// driven by make_stream(seed, rank, Purpose::Shuffle) and walking from the back: the position
+/// filled last-to-first each takes a uniformly chosen element among those not placed yet, chosen
+/// as one draw of the stream reduced modulo their number, one draw per position, none for the
+/// first position. The tests rebuild exactly that permutation.
 /// (For a new order every epoch, derive the seed from (seed, epoch) with a hash, not seed + epoch.)
 std::vector<std::size_t> shuffle_order(std::size_t n, std::uint64_t seed, int rank);
 

@@ -68,9 +68,9 @@ void broadcast_naive(std::span<float> buf, int src) {
 
 // =============================================================================================
 // broadcast_tree (binomial tree)
-//   With vr the rank relative to src, vr receives from its parent vr - lowbit(vr), where
-//   lowbit(vr) is vr's lowest set bit; then it sends to its children vr + m for every power of
-//   two m < lowbit(vr) (src: every m < p), largest first, while vr + m < p.
+//   Picture: the informed ranks double every round. Relabel the ranks so that src is 0 (relative
+//   ranks); then a relative rank hears once, from the rank that differs from it in its lowest set
+//   bit, and afterwards tells the ranks below that bit, the farthest (largest subtree) first.
 //   Rounds: ceil(log2 p); the number of ranks holding the data doubles each round.
 //   Bytes: every rank except src receives n once; src sends ceil(log2 p) n.
 //   Time: ceil(log2 p)(alpha + n beta).
@@ -146,8 +146,9 @@ void reduce_naive(std::span<float> buf, int dst, dist::ReduceOp op) {
 
 // =============================================================================================
 // reduce_tree (binomial tree, the broadcast tree backwards)
-//   With vr the rank relative to dst: for m = 1, 2, 4, ...: if vr has bit m set, send the partial
-//   result to vr - m and stop; otherwise receive from vr + m (if vr + m < p) and reduce it in.
+//   Picture: the broadcast tree (relative ranks, dst as 0) run backwards. A rank first collects
+//   and reduces its children's partial results, nearest child first, then sends its own
+//   partial result to its parent once and is done.
 //   Rounds: ceil(log2 p); half of the active ranks drop out each round.
 //   Bytes: every rank except dst sends n once; dst receives ceil(log2 p) n.
 //   Time: ceil(log2 p)(alpha + n beta + n gamma) when p is a power of two.
@@ -201,13 +202,12 @@ void all_reduce_naive(std::span<float> buf, dist::ReduceOp op) {
 
 // =============================================================================================
 // all_reduce_butterfly (recursive doubling)
-//   Let q = floor_pow2(p) and rest = p - q.
-//   1. Fold in: rank r >= q sends its buffer to r - q and waits for step 3; rank r < rest
-//      receives it and reduces it in.
-//   2. Butterfly among ranks 0..q-1: for m = 1, 2, ..., q/2: exchange the whole buffer with
-//      partner r XOR m (isend + recv at the same time, then wait) and reduce the partner's copy in.
-//      (Avg: divide by p after the last round.)
-//   3. Fold out: rank r < rest sends the result to r + q.
+//   Picture: a power-of-two group of ranks does the butterfly; the ranks beyond the largest power
+//   of two below p each hand their buffer to a partner inside the group first and get the result
+//   back at the end. Inside the group, every round pairs each rank with a partner at a new
+//   distance (1, 2, 4, ...); both exchange whole buffers at the same time and reduce, so after
+//   round k every rank holds the reduction over a block of 2^(k+1) ranks.
+//   (Avg: divide by p once, after the last round.)
 //   Rounds: log2 q exchanges (+ 2 messages when p is not a power of two).
 //   Bytes: each rank of the butterfly sends and receives n per round.
 //   Time: log2(p)(alpha + n beta + n gamma) for p a power of two.
@@ -243,13 +243,13 @@ void all_reduce_butterfly(std::span<float> buf, dist::ReduceOp op) {
 
 // =============================================================================================
 // all_reduce_ring (reduce-scatter + all-gather, in place)
-//   Cut buf into p chunks with shard_range. right = rank+1, left = rank-1 (mod p).
-//   Reduce-scatter, steps s = 0..p-2: send chunk (rank - s) to the right, receive chunk
-//   (rank - s - 1) from the left into a scratch buffer (both at once: isend, recv, wait) and
-//   reduce it into that chunk of buf. After the last step rank r holds chunk r+1 fully reduced
-//   (Avg: divide that chunk by p).
-//   All-gather, steps s = 0..p-2: send chunk (rank + 1 - s) to the right, receive chunk (rank - s)
-//   from the left straight into buf.
+//   Picture: p chunks of buf (shard_range), each rank talking only to its ring neighbours, all
+//   links busy in every step. Reduce-scatter half: a partial sum of each chunk travels round
+//   the ring, every rank reducing its own copy of that chunk into it on the way; after p-1
+//   steps each rank holds one chunk fully reduced, a different one on every rank (Avg: divide
+//   that chunk by p). All-gather half: the reduced chunks travel round the ring the same way
+//   until every rank has all of them. Which chunk goes where in which step is yours to work
+//   out (README: Hints, ring indices).
 //   Rounds: 2(p-1) steps; in every step all links work at once.
 //   Bytes: each rank sends 2(p-1) chunks of about n/p to its right neighbour only.
 //   Time: 2(p-1)(alpha + (n/p) beta) + (p-1)(n/p) gamma.
@@ -318,12 +318,10 @@ void gather_naive(std::span<const float> in, std::span<float> out, int dst) {
 
 // =============================================================================================
 // gather_tree (binomial tree)
-//   With vr the rank relative to dst, vr's subtree is the relative ranks [vr, vr + lowbit(vr))
-//   (cut at p). Each rank keeps its subtree's blocks in relative order in a scratch buffer: its own
-//   block first; for m = 1, 2, 4, ...: if vr has bit m set, send the blocks gathered so far
-//   (min(m, p - vr) blocks) to vr - m and stop; otherwise receive min(m, p - vr - m) blocks from
-//   vr + m (if it exists) right after the ones it has. dst finally rotates the relative order
-//   into out (relative block v belongs to rank (v + dst) % p).
+//   Picture: the broadcast tree (relative ranks, dst as 0) run backwards, with messages that grow:
+//   a rank collects its subtree's blocks (its own and those of the ranks below it in the tree)
+//   contiguously, in relative order, and sends them to its parent in one message. dst ends with
+//   all blocks in relative order and rotates them into rank order in out.
 //   Rounds: ceil(log2 p); dst receives ceil(log2 p) messages.
 //   Bytes: dst receives (p-1) m floats in total; a rank sends its subtree's blocks once.
 //   Time: ceil(log2 p) alpha + (p-1) m beta'.
@@ -365,8 +363,9 @@ void gather_tree(std::span<const float> in, std::span<float> out, int dst) {
 
 // =============================================================================================
 // all_gather_ring
-//   Copy in to out[rank*m]. Steps s = 0..p-2: send block (rank - s) to the right and receive
-//   block (rank - s - 1) from the left straight into out (isend, recv, wait).
+//   Picture: every rank starts with its own block in place in out; in every step each rank sends
+//   one block it already has to its right neighbour and receives, straight into out, the block
+//   its left neighbour sends at the same time. After p-1 steps every block has reached every rank.
 //   Rounds: p-1 steps; all links busy in every step.
 //   Bytes: each rank sends and receives (p-1) m floats, only to/from its neighbours.
 //   Time: (p-1)(alpha + m beta').
@@ -395,11 +394,10 @@ void all_gather_ring(std::span<const float> in, std::span<float> out) {
 
 // =============================================================================================
 // reduce_scatter_ring
-//   Chunk c of in is in[c*m, (c+1)*m). Step s = 0..p-2: send the running partial result of chunk
-//   (rank - s - 1) to the right (at s = 0 that is just this rank's own input chunk), receive the
-//   partial result of chunk (rank - s - 2) from the left and reduce this rank's input chunk into
-//   it. After p-1 steps the partial result in hand is chunk rank, reduced over all ranks
-//   (Avg: divide by p).
+//   Picture: chunk c of in is this rank's contribution to rank c's result. A running partial
+//   result of each chunk travels round the ring, each rank reducing its own contribution to it
+//   on the way, so that the chunk arriving at its owner in the last step needs only the owner's
+//   contribution (Avg: divide by p). At step 0 a rank sends its own input chunk.
 //   Rounds: p-1 steps.
 //   Bytes: each rank sends (p-1) m floats to its right neighbour only.
 //   Time: (p-1)(alpha + m beta' + m gamma').

@@ -10,17 +10,6 @@
 
 namespace ps {
 
-Range shard_range(std::size_t n, int parts, int index) {
-  // BEGIN SOLUTION: server `index`'s consecutive shard of n parameters, with the sizes and order
-  //   ps.hpp (Task 1) states; 03's and 04's shard_range split the same way
-  const auto p = static_cast<std::size_t>(parts);
-  const auto i = static_cast<std::size_t>(index);
-  const std::size_t base = n / p, extra = n % p;
-  const std::size_t begin = i * base + std::min(i, extra);
-  return {begin, begin + base + (i < extra ? 1 : 0)};
-  // END SOLUTION
-}
-
 void push_gradients(std::span<const float> grad, const Layout& layout) {
   // BEGIN SOLUTION: give every server its own part of this worker's gradient, one message each
   //   (ps.hpp, Task 2: which part, which tag)

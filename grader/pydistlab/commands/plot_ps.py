@@ -5,8 +5,9 @@ simulated time for the synchronous, asynchronous and bounded-staleness modes.
 
 PS.csv is what `run_08_parameter_server --sweep --compare --csv FILE` writes (columns kind, name,
 x, y: kind "step" rows are (layout, workers, seconds), kind "loss" rows (mode, simulated seconds,
-test loss)). `./distlab bench ps --plot OUT.png` runs this file as a program, with an interpreter
-that has matplotlib (deps.matplotlib_python()), so the rest of the grader never imports it.
+test loss); kind "servers" rows, (w8, servers, seconds), are not plotted). `./distlab bench ps
+--plot OUT.png` runs this file as a program, with an interpreter that has matplotlib
+(deps.matplotlib_python()), so the rest of the grader never imports it.
 """
 from __future__ import annotations
 

@@ -13,7 +13,10 @@ Steps (each counts its checks):
              and link (its own tree); the tests run and skip, with a message, where no GPU is seen
   solutions  ./distlab grade --solutions --hidden: every item must pass
   stubs      ./distlab grade on exercises/: every item must score zero, stubs compile
-  sync       ./distlab check --stubs
+  sync       ./distlab check --stubs, and the transcription check: no formula of a solution region
+             in a module's README, C++ comments and TODO texts, hint levels 1-2 or docs/NN_*.md
+             (grader/pydistlab/transcription.py; grader/selftest/transcription.toml lists the
+             modules whose findings are only listed, and the formulas a module may print)
   golden     reference outputs reproduce (./distlab golden --check)
   release    ./distlab release writes a repository without solutions and hidden tests
   selftest   the grader's own unittests (grader/selftest) on planted submissions
@@ -51,7 +54,7 @@ import subprocess
 import sys
 import time
 
-from .. import deps, doc_commands, grade, manifest as mf, promises
+from .. import deps, doc_commands, grade, manifest as mf, promises, transcription
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
@@ -143,6 +146,23 @@ def step_sync(t: Tally) -> None:
         t.check(not problems, f"promises: {name}'s ledger covers its tests", "\n".join(problems[:40]))
         if not problems:
             print(f"    {promises.summary(name)}", flush=True)
+    step_transcription(t)
+
+
+def step_transcription(t: Tally) -> None:
+    """No formula of a solution region in what a student reads (grader/pydistlab/transcription.py);
+    the modules marked pending in grader/selftest/transcription.toml are listed, not failed."""
+    config = transcription.load_config()
+    for module in mf.load().order:
+        found = transcription.findings(module, config)
+        if module in config.pending:
+            for f in found:
+                print(f"    pending {f}", flush=True)
+            continue
+        for f in found:
+            t.check(False, f"sync: {f}")
+        if not found:
+            t.check(True, f"sync: {module} prints no formula of its solution")
 
 
 def step_golden(t: Tally) -> None:
@@ -171,6 +191,7 @@ def step_release(t: Tally) -> None:
     t.check(not (out / "solutions").exists(), "release: no solutions/")
     t.check(not (out / "grader" / "hidden").exists(), "release: no grader/hidden/ (hidden tests and items)")
     t.check(not (out / "grader" / "mutants").exists(), "release: no grader/mutants/ (the instructor mutants)")
+    t.check(not (out / "grader" / "answers").exists(), "release: no grader/answers/ (the answer keys)")
     released = out / "grader" / "manifest.toml"
     t.check(released.is_file() and released.read_bytes() == MANIFEST.read_bytes(),
             "release: grader/manifest.toml is the kit's, unchanged")

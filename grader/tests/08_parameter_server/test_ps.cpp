@@ -20,29 +20,6 @@ const datasets::Split& small_data() {
   return data;
 }
 
-// ---- Task 1 -----------------------------------------------------------------------------------
-
-TEST(ShardRange, ConsecutiveCoverLargerFirst) {
-  for (std::size_t n : {0, 1, 2, 7, 10, 637, 1000}) {
-    for (int parts = 1; parts <= 5; ++parts) {
-      std::size_t expect_begin = 0;
-      for (int i = 0; i < parts; ++i) {
-        const ps::Range r = ps::shard_range(n, parts, i);
-        EXPECT_EQ(r.begin, expect_begin) << "n=" << n << " parts=" << parts << " index=" << i;
-        const std::size_t want =
-            n / static_cast<std::size_t>(parts) +
-            (static_cast<std::size_t>(i) < n % static_cast<std::size_t>(parts));
-        EXPECT_EQ(r.size(), want) << "n=" << n << " parts=" << parts << " index=" << i;
-        expect_begin = r.end;
-      }
-      EXPECT_EQ(expect_begin, n) << "n=" << n << " parts=" << parts;
-    }
-  }
-  const ps::Range a = ps::shard_range(10, 3, 0), b = ps::shard_range(10, 3, 2);
-  EXPECT_EQ(a.size(), 4u);
-  EXPECT_EQ(b.begin, 7u);
-}
-
 // ---- Task 2: values -----------------------------------------------------------------------------
 
 void sync_values(const std::vector<int>& worker_counts, int servers) {
