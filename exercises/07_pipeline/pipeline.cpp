@@ -37,7 +37,8 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
   }
   DISTLAB_TODO("run this stage's layers on microbatch x with 05's building blocks, charging the "
                "modelled compute, and keep in the microbatch's stash everything this stage's "
-               "backward will read (README: Task 2)");
+               "backward will read, or only the input with recomputation on (README: Tasks 2 and "
+               "8)");
   return out_;
 }
 
@@ -47,10 +48,32 @@ void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
                                 "gradient of " + std::to_string(out_features()) +
                                 " features, got " + std::to_string(dy.cols()));
   }
-  DISTLAB_TODO("backpropagate dy through this stage's layers from the microbatch's stash, "
-               "charging the modelled compute, ADDING each weight gradient (microbatches "
-               "accumulate), and producing dx except where nobody needs it (README: Task 2)");
+  DISTLAB_TODO("backpropagate dy through this stage's layers from the microbatch's stash "
+               "(recomputed first with recomputation on), charging the modelled compute, ADDING "
+               "each weight gradient (microbatches accumulate), and producing dx except where "
+               "nobody needs it (README: Tasks 2 and 8)");
 }
+
+// =============================================================================================
+// Task 9: the backward split into B (input gradient) and W (weight gradient).
+
+void Stage::backward_input(const Matrix& dy, int microbatch, Matrix& dx) {
+  if (dy.cols() != out_features()) {
+    throw std::invalid_argument("Stage::backward_input: stage " + std::to_string(stage_) +
+                                " expects a gradient of " + std::to_string(out_features()) +
+                                " features, got " + std::to_string(dy.cols()));
+  }
+  DISTLAB_TODO("the input-gradient half of the backward: dx as backward gives it, no weight "
+               "gradient yet, and the microbatch stays stashed with what its W will need (README: "
+               "Task 9)");
+}
+
+void Stage::backward_weight(int microbatch) {
+  DISTLAB_TODO("the weight-gradient half: ADD this microbatch's weight gradients and release its "
+               "stash; only after the microbatch's B (README: Task 9)");
+}
+
+// TODO: the helpers of Tasks 2, 8 and 9, if you wrote some
 
 // =============================================================================================
 // Task 3: the communication helpers.
@@ -130,6 +153,31 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
 }
 
 // =============================================================================================
+// Task 10: ZB-H1 as a list of operations.
+
+std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
+  if (stages < 1 || stage < 0 || stage >= stages || microbatches < 1) {
+    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) + ", stage=" +
+                                std::to_string(stage) + ", microbatches=" +
+                                std::to_string(microbatches) +
+                                "): need stages >= 1, 0 <= stage < stages, microbatches >= 1");
+  }
+  std::vector<Op> ops;
+  DISTLAB_TODO("this stage's F, B and W of every microbatch, in an order that keeps at most p "
+               "microbatches stashed and fills the stage's bubbles with W (README: Task 10)");
+  return ops;
+}
+
+// =============================================================================================
+// Task 11: the executor of a schedule given as data.
+
+void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepState& st) {
+  DISTLAB_TODO("run each operation in order: receive its input from the neighbour, compute, send "
+               "its result on without waiting for the neighbour; every send complete before "
+               "returning (README: Task 11)");
+}
+
+// =============================================================================================
 // Task 7: the training step.
 
 double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
@@ -150,15 +198,23 @@ const char* to_string(Schedule s) {
       return "gpipe";
     case Schedule::OneFOneB:
       return "1f1b";
+    case Schedule::ZeroBubble:
+      return "zb";
   }
   return "?";
+}
+
+std::string to_string(const Op& op) {
+  static const char* const names[] = {"F", "BW", "B", "W"};
+  return names[static_cast<int>(op.kind)] + std::to_string(op.microbatch);
 }
 
 Schedule schedule_from_string(const std::string& name) {
   if (name == "naive") return Schedule::Naive;
   if (name == "gpipe") return Schedule::GPipe;
   if (name == "1f1b") return Schedule::OneFOneB;
-  throw std::invalid_argument("unknown schedule '" + name + "': use naive, gpipe or 1f1b");
+  if (name == "zb") return Schedule::ZeroBubble;
+  throw std::invalid_argument("unknown schedule '" + name + "': use naive, gpipe, 1f1b or zb");
 }
 
 Range shard_range(int n, int parts, int index) {
@@ -211,26 +267,43 @@ std::vector<const mlp::Parameter*> Stage::parameters() const {
   return out;
 }
 
+void Stage::charge(char kind, double seconds, int microbatch) {
+  std::string name(1, kind);
+  name += std::to_string(microbatch);
+  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
+  if (dist::in_launch()) dist::sim_compute(seconds, name.c_str());
+  spans_.push_back({name, t0, t0 + seconds});
+  busy_s_ += seconds;
+}
+
 void Stage::charge_forward(std::int64_t rows, int microbatch) {
   double s = 0;
   for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.forward_seconds(config_, l, rows);
-  std::string name(1, 'F');
-  name += std::to_string(microbatch);
-  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
-  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
-  spans_.push_back({name, t0, t0 + s});
-  busy_s_ += s;
+  charge('F', s, microbatch);
 }
 
 void Stage::charge_backward(std::int64_t rows, int microbatch) {
   double s = 0;
   for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
-  std::string name(1, 'B');
-  name += std::to_string(microbatch);
-  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
-  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
-  spans_.push_back({name, t0, t0 + s});
-  busy_s_ += s;
+  charge('B', s, microbatch);
+}
+
+void Stage::charge_backward_input(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
+  charge('B', s / 2, microbatch);
+}
+
+void Stage::charge_backward_weight(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
+  charge('W', s / 2, microbatch);
+}
+
+void Stage::charge_recompute(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.forward_seconds(config_, l, rows);
+  charge('R', s, microbatch);
 }
 
 void Stage::stash_push(int microbatch, Stash stash) {

@@ -58,14 +58,38 @@ StepMeasure measured_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Sched
   return m;
 }
 
-double formula_step_seconds(Schedule s, int stages, int microbatches, double tf, double tb) {
+double formula_step_seconds(Schedule s, int stages, int microbatches, double tf, double tb,
+                            bool recompute) {
+  if (s == Schedule::ZeroBubble) {
+    if (recompute) return std::nan("");
+    const int m = microbatches;
+    return static_cast<double>(2 * m + stages - 1 + std::max(m, stages)) * tf;
+  }
   const int m = s == Schedule::Naive ? 1 : microbatches;
-  return static_cast<double>(m + stages - 1) * (tf + tb);
+  return static_cast<double>(m + stages - 1) * (tf + tb + (recompute ? tf : 0.0));
 }
 
-double formula_bubble(Schedule s, int stages, int microbatches) {
+double formula_bubble(Schedule s, int stages, int microbatches, bool recompute) {
+  if (s == Schedule::ZeroBubble) {
+    if (recompute) return std::nan("");
+    const int m = microbatches;
+    return 1.0 - 3.0 * m / static_cast<double>(2 * m + stages - 1 + std::max(m, stages));
+  }
   const int m = s == Schedule::Naive ? 1 : microbatches;
   return static_cast<double>(stages - 1) / static_cast<double>(m + stages - 1);
+}
+
+const char* formula_bubble_text(Schedule s, int stages, int microbatches) {
+  switch (s) {
+    case Schedule::Naive:
+      return "(p-1)/p";
+    case Schedule::GPipe:
+    case Schedule::OneFOneB:
+      return "(p-1)/(m+p-1)";
+    case Schedule::ZeroBubble:
+      return microbatches >= stages ? "(p-1)/(3m+p-1)" : "(2p-m-1)/(2m+2p-1)";
+  }
+  return "?";
 }
 
 void gather_weights(const Stage& stage, mlp::MLP* model_on_rank0) {
@@ -95,6 +119,7 @@ std::vector<mlp::LogLine> train_pipeline(const PipelineConfig& c, const datasets
   Eigen::setNbThreads(1);
   const mlp::Config& mc = c.model;
   Stage stage(mc, mc.seed + 2, rank, p, c.cost);
+  stage.set_recompute(c.recompute);
   mlp::SGD opt(stage.parameters(), mc.learning_rate);
   const datasets::BatchLoader loader(data.train, mc.batch_size, mc.seed + 3);
   std::unique_ptr<mlp::MLP> whole;
@@ -138,7 +163,7 @@ std::string render_timeline(const std::vector<std::vector<Stage::Span>>& spans, 
       const int c0 = std::clamp(static_cast<int>(std::lround(s.t0 / per_col)), 0, columns - 1);
       const int c1 = std::clamp(static_cast<int>(std::lround(s.t1 / per_col)), c0 + 1, columns);
       const int w = c1 - c0;
-      const char fill = s.name[0] == 'F' ? '-' : '=';
+      const char fill = s.name[0] == 'F' ? '-' : s.name[0] == 'W' ? '~' : s.name[0] == 'R' ? '+' : '=';
       for (int c = c0; c < c1; ++c) line[static_cast<std::size_t>(c)] = fill;
       const int label = w >= 3 ? std::min(static_cast<int>(s.name.size()), w - 1) : 1;
       for (int k = 0; k < label; ++k)

@@ -39,25 +39,16 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
   }
   // BEGIN SOLUTION: run this stage's layers on microbatch x with 05's building blocks, charging the
   //   modelled compute, and keep in the microbatch's stash everything this stage's backward will
-  //   read (README: Task 2)
+  //   read, or only the input with recomputation on (README: Tasks 2 and 8)
   charge_forward(x.rows(), microbatch);
-  const int n = layers_.size;
   Stash s;
   s.input = x;
-  s.z.resize(static_cast<std::size_t>(n));
-  s.h.resize(static_cast<std::size_t>(n));
-  const Matrix* h = &s.input;
-  for (int k = 0; k < n; ++k) {
-    const auto i = static_cast<std::size_t>(k);
-    mlp::linear_forward(*h, weights_[i].value, s.z[i]);
-    if (layers_.begin + k + 1 < config_.n_layers) {  // every layer but the model's last
-      mlp::activation_forward(config_.activation, s.z[i], s.h[i]);
-      h = &s.h[i];
-    } else {
-      h = &s.z[i];
-    }
+  run_layers(s);
+  out_ = layers_.end() < config_.n_layers ? s.h.back() : s.z.back();
+  if (recompute_) {  // the backward runs the layers again from the input
+    s.z.clear();
+    s.h.clear();
   }
-  out_ = *h;
   stash_push(microbatch, std::move(s));
   // END SOLUTION
   return out_;
@@ -69,31 +60,106 @@ void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
                                 "gradient of " + std::to_string(out_features()) +
                                 " features, got " + std::to_string(dy.cols()));
   }
-  // BEGIN SOLUTION: backpropagate dy through this stage's layers from the microbatch's stash,
-  //   charging the modelled compute, ADDING each weight gradient (microbatches accumulate), and
-  //   producing dx except where nobody needs it (README: Task 2)
+  // BEGIN SOLUTION: backpropagate dy through this stage's layers from the microbatch's stash
+  //   (recomputed first with recomputation on), charging the modelled compute, ADDING each weight
+  //   gradient (microbatches accumulate), and producing dx except where nobody needs it (README:
+  //   Tasks 2 and 8)
+  Stash s = stash_pop(microbatch);
+  if (recompute_) {
+    charge_recompute(dy.rows(), microbatch);
+    run_layers(s);
+  }
   charge_backward(dy.rows(), microbatch);
+  input_gradients(s, dy, dx);
+  weight_gradients(s);
+  // END SOLUTION
+}
+
+// =============================================================================================
+// Task 9: the backward split into B (input gradient) and W (weight gradient).
+
+void Stage::backward_input(const Matrix& dy, int microbatch, Matrix& dx) {
+  if (dy.cols() != out_features()) {
+    throw std::invalid_argument("Stage::backward_input: stage " + std::to_string(stage_) +
+                                " expects a gradient of " + std::to_string(out_features()) +
+                                " features, got " + std::to_string(dy.cols()));
+  }
+  // BEGIN SOLUTION: the input-gradient half of the backward: dx as backward gives it, no weight
+  //   gradient yet, and the microbatch stays stashed with what its W will need (README: Task 9)
+  Stash s = stash_pop(microbatch);
+  if (recompute_) {
+    charge_recompute(dy.rows(), microbatch);
+    run_layers(s);
+  }
+  charge_backward_input(dy.rows(), microbatch);
+  input_gradients(s, dy, dx);
+  pending_w_.insert(microbatch);
+  stash_push(microbatch, std::move(s));
+  // END SOLUTION
+}
+
+void Stage::backward_weight(int microbatch) {
+  // BEGIN SOLUTION: the weight-gradient half: ADD this microbatch's weight gradients and release
+  //   its stash; only after the microbatch's B (README: Task 9)
+  if (pending_w_.erase(microbatch) == 0) {
+    throw std::logic_error("Stage::backward_weight: stage " + std::to_string(stage_) +
+                           " has no B done for microbatch " + std::to_string(microbatch) +
+                           " (W before its B?)");
+  }
   const Stash s = stash_pop(microbatch);
+  charge_backward_weight(s.input.rows(), microbatch);
+  weight_gradients(s);
+  // END SOLUTION
+}
+
+// BEGIN SOLUTION DECL: the helpers of Tasks 2, 8 and 9, if you wrote some
+// Fills s.z and s.h from s.input: this stage's layers, as 05's forward runs them.
+void Stage::run_layers(Stash& s) const {
+  const int n = layers_.size;
+  s.z.assign(static_cast<std::size_t>(n), Matrix());
+  s.h.assign(static_cast<std::size_t>(n), Matrix());
+  const Matrix* h = &s.input;
+  for (int k = 0; k < n; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    mlp::linear_forward(*h, weights_[i].value, s.z[i]);
+    if (layers_.begin + k + 1 < config_.n_layers) {  // every layer but the model's last
+      mlp::activation_forward(config_.activation, s.z[i], s.h[i]);
+      h = &s.h[i];
+    }
+  }
+}
+
+// Backpropagates dy through the layers; leaves d loss / d z of every layer in s.z (what the weight
+// gradients need, the same bytes) and writes dx unless this is the first stage.
+void Stage::input_gradients(Stash& s, const Matrix& dy, Matrix& dx) {
   const Matrix* dh = &dy;  // d loss / d (output of layer k)
   for (int k = layers_.size - 1; k >= 0; --k) {
     const auto i = static_cast<std::size_t>(k);
-    const Matrix* dz = dh;
     if (layers_.begin + k + 1 < config_.n_layers) {
       mlp::activation_backward(config_.activation, s.z[i], s.h[i], *dh, dz_);
-      dz = &dz_;
+      s.z[i] = dz_;
+    } else {
+      s.z[i] = *dh;
     }
-    const Matrix& in = k == 0 ? s.input : s.h[i - 1];
-    mlp::linear_backward_weight(in, *dz, grad_scratch_);
-    weights_[i].grad += grad_scratch_;
     if (k > 0) {
-      mlp::linear_backward_input(weights_[i].value, *dz, dh_);
+      mlp::linear_backward_input(weights_[i].value, s.z[i], dh_);
       dh = &dh_;
     } else if (!is_first()) {
-      mlp::linear_backward_input(weights_[i].value, *dz, dx);
+      mlp::linear_backward_input(weights_[i].value, s.z[i], dx);
     }
   }
-  // END SOLUTION
 }
+
+// ADDS every layer's weight gradient, from a stash whose z holds d loss / d z.
+void Stage::weight_gradients(const Stash& s) {
+  for (int k = 0; k < layers_.size; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    const Matrix& in = k == 0 ? s.input : s.h[i - 1];
+    mlp::linear_backward_weight(in, s.z[i], grad_scratch_);
+    weights_[i].grad += grad_scratch_;
+  }
+}
+// END SOLUTION
 
 // =============================================================================================
 // Task 3: the communication helpers.
@@ -272,6 +338,82 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
 }
 
 // =============================================================================================
+// Task 10: ZB-H1 as a list of operations.
+
+std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
+  if (stages < 1 || stage < 0 || stage >= stages || microbatches < 1) {
+    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) + ", stage=" +
+                                std::to_string(stage) + ", microbatches=" +
+                                std::to_string(microbatches) +
+                                "): need stages >= 1, 0 <= stage < stages, microbatches >= 1");
+  }
+  std::vector<Op> ops;
+  // BEGIN SOLUTION: this stage's F, B and W of every microbatch, in an order that keeps at most p
+  //   microbatches stashed and fills the stage's bubbles with W (README: Task 10)
+  const int m = microbatches;
+  const int warmup = std::min(stages - stage - 1, m);
+  const int lag = stage;  // W of microbatch i runs after B of microbatch i + lag
+  int f = 0, w = 0;
+  for (; f < warmup; ++f) ops.push_back({OpKind::F, f});
+  for (int b = 0; b < m; ++b) {
+    if (f < m) ops.push_back({OpKind::F, f++});
+    ops.push_back({OpKind::B, b});
+    if (b - w >= lag) ops.push_back({OpKind::W, w++});
+  }
+  for (; w < m; ++w) ops.push_back({OpKind::W, w});
+  // END SOLUTION
+  return ops;
+}
+
+// =============================================================================================
+// Task 11: the executor of a schedule given as data.
+
+void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepState& st) {
+  // BEGIN SOLUTION: run each operation in order: receive its input from the neighbour, compute,
+  //   send its result on without waiting for the neighbour; every send complete before returning
+  //   (README: Task 11)
+  auto post = [&](const Matrix& m, int dst, int tag) {
+    st.outbox.push_back(m);  // the send's buffer must live until the send completes
+    st.sends.push_back(dist::isend(dist::as_span(st.outbox.back()), dst, tag));
+  };
+  for (const Op& op : ops) {
+    const int i = op.microbatch;
+    const int rows = batch.microbatch_rows(i).size;
+    switch (op.kind) {
+      case OpKind::F: {
+        recv_forward(stage, st.x, rows);
+        const Matrix& y = forward_step(stage, batch, i, st);
+        if (!stage.is_last()) post(y, stage.stage() + 1, kForwardTag);
+        break;
+      }
+      case OpKind::BW:
+      case OpKind::B: {
+        recv_backward(stage, st.dy, rows);
+        if (op.kind == OpKind::BW) {
+          backward_step(stage, batch, i, st);
+        } else if (stage.is_last()) {
+          if (st.dlogits.empty()) throw std::logic_error("run_ops: no forwarded microbatch left");
+          const Matrix dlogits = std::move(st.dlogits.front());
+          st.dlogits.pop_front();
+          stage.backward_input(dlogits, i, st.dx);
+        } else {
+          stage.backward_input(st.dy, i, st.dx);
+        }
+        if (!stage.is_first()) post(st.dx, stage.stage() - 1, kBackwardTag);
+        break;
+      }
+      case OpKind::W:
+        stage.backward_weight(i);
+        break;
+    }
+  }
+  dist::wait_all(st.sends);
+  st.sends.clear();
+  st.outbox.clear();
+  // END SOLUTION
+}
+
+// =============================================================================================
 // Task 7: the training step.
 
 double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
@@ -288,6 +430,9 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
       break;
     case Schedule::OneFOneB:
       run_1f1b(stage, batch, st);
+      break;
+    case Schedule::ZeroBubble:
+      run_ops(stage, batch, zb_h1_ops(stage.stages(), stage.stage(), batch.microbatches), st);
       break;
   }
   opt.step();
@@ -306,15 +451,23 @@ const char* to_string(Schedule s) {
       return "gpipe";
     case Schedule::OneFOneB:
       return "1f1b";
+    case Schedule::ZeroBubble:
+      return "zb";
   }
   return "?";
+}
+
+std::string to_string(const Op& op) {
+  static const char* const names[] = {"F", "BW", "B", "W"};
+  return names[static_cast<int>(op.kind)] + std::to_string(op.microbatch);
 }
 
 Schedule schedule_from_string(const std::string& name) {
   if (name == "naive") return Schedule::Naive;
   if (name == "gpipe") return Schedule::GPipe;
   if (name == "1f1b") return Schedule::OneFOneB;
-  throw std::invalid_argument("unknown schedule '" + name + "': use naive, gpipe or 1f1b");
+  if (name == "zb") return Schedule::ZeroBubble;
+  throw std::invalid_argument("unknown schedule '" + name + "': use naive, gpipe, 1f1b or zb");
 }
 
 Range shard_range(int n, int parts, int index) {
@@ -367,26 +520,43 @@ std::vector<const mlp::Parameter*> Stage::parameters() const {
   return out;
 }
 
+void Stage::charge(char kind, double seconds, int microbatch) {
+  std::string name(1, kind);
+  name += std::to_string(microbatch);
+  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
+  if (dist::in_launch()) dist::sim_compute(seconds, name.c_str());
+  spans_.push_back({name, t0, t0 + seconds});
+  busy_s_ += seconds;
+}
+
 void Stage::charge_forward(std::int64_t rows, int microbatch) {
   double s = 0;
   for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.forward_seconds(config_, l, rows);
-  std::string name(1, 'F');
-  name += std::to_string(microbatch);
-  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
-  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
-  spans_.push_back({name, t0, t0 + s});
-  busy_s_ += s;
+  charge('F', s, microbatch);
 }
 
 void Stage::charge_backward(std::int64_t rows, int microbatch) {
   double s = 0;
   for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
-  std::string name(1, 'B');
-  name += std::to_string(microbatch);
-  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
-  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
-  spans_.push_back({name, t0, t0 + s});
-  busy_s_ += s;
+  charge('B', s, microbatch);
+}
+
+void Stage::charge_backward_input(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
+  charge('B', s / 2, microbatch);
+}
+
+void Stage::charge_backward_weight(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
+  charge('W', s / 2, microbatch);
+}
+
+void Stage::charge_recompute(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.forward_seconds(config_, l, rows);
+  charge('R', s, microbatch);
 }
 
 void Stage::stash_push(int microbatch, Stash stash) {

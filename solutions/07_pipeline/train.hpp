@@ -17,7 +17,8 @@ namespace pp {
 struct PipelineConfig {
   mlp::Config model;                       // 05's model and training settings (seed config)
   int microbatches = 8;                    // m: microbatches per batch (naive ignores it)
-  Schedule schedule = Schedule::OneFOneB;  // naive, gpipe or 1f1b
+  Schedule schedule = Schedule::OneFOneB;  // naive, gpipe, 1f1b or zb
+  bool recompute = false;                  // activation recomputation on every stage
   CostModel cost;                          // modelled compute speed of every stage
   /// Throws std::invalid_argument saying which field is wrong (for `stages` ranks).
   void validate(int stages) const;
@@ -41,11 +42,20 @@ struct StepMeasure {
 StepMeasure measured_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule);
 
 /// The closed forms with equal stages and free communication, tf and tb being one stage's
-/// forward and backward of ONE microbatch (naive: of the whole batch, m = 1):
-///   naive  p (tf + tb)                 bubble (p-1)/p
-///   gpipe, 1f1b  (m + p - 1)(tf + tb)  bubble (p-1)/(m+p-1)
-double formula_step_seconds(Schedule s, int stages, int microbatches, double tf, double tb);
-double formula_bubble(Schedule s, int stages, int microbatches);
+/// forward and backward of ONE microbatch (naive: of the whole batch, m = 1); the kit's cost
+/// model has tb = 2 tf, and ZB-H1's B and W take tf each:
+///   naive        p (tf + tb)                             bubble (p-1)/p
+///   gpipe, 1f1b  (m + p - 1)(tf + tb)                    bubble (p-1)/(m+p-1)
+///   zb           (2m + p - 1 + max(m, p)) tf             bubble 1 - 3m/(2m + p - 1 + max(m, p)),
+///                                                        = (p-1)/(3m+p-1) when m >= p
+/// With recomputation every backward also runs a forward: naive, gpipe and 1f1b take
+/// (m + p - 1)(2 tf + tb) (the same bubble fractions); zb with recomputation has no formula here
+/// (NaN).
+double formula_step_seconds(Schedule s, int stages, int microbatches, double tf, double tb,
+                            bool recompute = false);
+double formula_bubble(Schedule s, int stages, int microbatches, bool recompute = false);
+/// The formula as text, for the program's output: "(p-1)/(m+p-1)", ...
+const char* formula_bubble_text(Schedule s, int stages, int microbatches);
 
 /// Copies every stage's weights into `model` on rank 0 (a model of the same config), with
 /// point-to-point sends from each rank to rank 0. A collective: every rank calls it.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -117,6 +118,7 @@ struct RankRecord {
   std::int64_t peak_bytes = 0;
   int stash_after = -1;            // microbatches stashed after the last step
   std::vector<std::string> order;  // F<i>/B<i> span names of the last step
+  std::vector<pp::Stage::Span> spans;  // the last step's spans, seconds since its start
 };
 
 struct PipelineRun {
@@ -135,7 +137,7 @@ inline dist::NetworkModel free_network() {
 /// Trains `steps` steps with p stages; every step is measured between barriers.
 inline PipelineRun run_pipeline(const mlp::Config& c, int p, int m, pp::Schedule schedule,
                                 int steps, const dist::NetworkModel& network = dist::NetworkModel{},
-                                double flops_per_s = 1e9) {
+                                double flops_per_s = 1e9, bool recompute = false) {
   const auto& data = data_for(c);
   PipelineRun run;
   run.ranks.resize(static_cast<std::size_t>(p));
@@ -148,6 +150,7 @@ inline PipelineRun run_pipeline(const mlp::Config& c, int p, int m, pp::Schedule
       pp::CostModel cost;
       cost.flops_per_s = flops_per_s;
       pp::Stage stage(c, c.seed + 2, rank, dist::world_size(), cost);
+      stage.set_recompute(recompute);
       mlp::SGD opt(stage.parameters(), c.learning_rate);
       const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
       mlp::Matrix x;
@@ -171,7 +174,11 @@ inline PipelineRun run_pipeline(const mlp::Config& c, int p, int m, pp::Schedule
         rec.peak_bytes = stage.meter().peak_bytes();
         rec.stash_after = stage.meter().microbatches();
         rec.order.clear();
-        for (const auto& span : stage.spans()) rec.order.push_back(span.name);
+        rec.spans.clear();
+        for (const auto& span : stage.spans()) {
+          rec.order.push_back(span.name);
+          rec.spans.push_back({span.name, span.t0 - t0, span.t1 - t0});
+        }
         std::vector<mlp::Matrix> w;
         for (const mlp::Parameter* prm : stage.parameters()) w.push_back(prm->value);
         rec.weights.push_back(std::move(w));
@@ -238,5 +245,89 @@ inline std::int64_t stash_bytes_per_row(const mlp::Config& c, int begin, int end
   for (int l = begin; l < end; ++l) floats += c.layer_out(l) * (l + 1 < c.n_layers ? 2 : 1);
   return floats * 4;
 }
+
+/// Bytes stashed per row with recomputation: the stage's input only.
+inline std::int64_t input_bytes_per_row(const mlp::Config& c, int begin) {
+  return static_cast<std::int64_t>(c.layer_in(begin)) * 4;
+}
+
+/// The tests' own replay of stage lists of operations (pp::Op) on the kit's clock rules
+/// (docs/threads_backend.md, section 4) with latency alpha and unlimited bandwidth, as Task 11's
+/// executor promises to run them: each F (B, BW) receives from its neighbour (blocking) right
+/// before it computes and posts its send right after; the sends are waited at the end. Times:
+/// F = B = W = t, BW = 2t. Also the peak number of microbatches stashed (F to W or BW).
+struct OpsReplay {
+  bool ok = false;      // false: some receive's message is never sent (the lists deadlock)
+  std::string error;    // why not
+  double step = 0;      // the last rank's finish, all sends completed
+  std::vector<int> peak;  // per stage
+};
+
+inline OpsReplay replay_ops(const std::vector<std::vector<pp::Op>>& lists, double t,
+                            double alpha = 0) {
+  const int p = static_cast<int>(lists.size());
+  OpsReplay out;
+  out.peak.assign(static_cast<std::size_t>(p), 0);
+  std::vector<std::size_t> pos(static_cast<std::size_t>(p), 0);
+  std::vector<double> clock(static_cast<std::size_t>(p), 0), out_free(clock), in_free(clock),
+      last_send(clock);
+  std::vector<int> held(static_cast<std::size_t>(p), 0);
+  std::map<std::tuple<int, int, int>, double> posted;  // (src, dst, microbatch*2 + dir) -> ts
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      const auto R = static_cast<std::size_t>(r);
+      while (pos[R] < lists[R].size()) {
+        const pp::Op op = lists[R][pos[R]];
+        const bool fwd = op.kind == pp::OpKind::F;
+        const bool bwd = op.kind == pp::OpKind::B || op.kind == pp::OpKind::BW;
+        const int src = fwd ? r - 1 : r + 1;
+        const bool needs = (fwd && r > 0) || (bwd && r + 1 < p);
+        if (needs) {
+          const auto key = std::make_tuple(src, r, op.microbatch * 2 + (fwd ? 0 : 1));
+          auto it = posted.find(key);
+          if (it == posted.end()) break;
+          const double ti = std::max(it->second, in_free[R]);
+          in_free[R] = ti + alpha;
+          clock[R] = std::max(clock[R], ti + alpha);
+          posted.erase(it);
+        }
+        clock[R] += op.kind == pp::OpKind::BW ? 2 * t : t;
+        if (fwd) out.peak[R] = std::max(out.peak[R], ++held[R]);
+        if (op.kind == pp::OpKind::W || op.kind == pp::OpKind::BW) --held[R];
+        const int dst = fwd ? r + 1 : r - 1;
+        if ((fwd && r + 1 < p) || (bwd && r > 0)) {
+          const double ts = std::max(clock[R], out_free[R]);
+          out_free[R] = ts + alpha;
+          last_send[R] = std::max(last_send[R], ts + alpha);
+          posted[std::make_tuple(r, dst, op.microbatch * 2 + (fwd ? 0 : 1))] = ts;
+        }
+        ++pos[R];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    const auto R = static_cast<std::size_t>(r);
+    if (pos[R] < lists[R].size()) {
+      out.error = "stage " + std::to_string(r) + " waits forever at its operation " +
+                  pp::to_string(lists[R][pos[R]]);
+      return out;
+    }
+    out.step = std::max({out.step, clock[R], last_send[R]});
+  }
+  out.ok = true;
+  return out;
+}
+
+inline std::vector<std::vector<pp::Op>> zb_lists(int p, int m) {
+  std::vector<std::vector<pp::Op>> lists;
+  for (int r = 0; r < p; ++r) lists.push_back(pp::zb_h1_ops(p, r, m));
+  return lists;
+}
+
+/// ZB-H1's step in units of t = tf (F = B = W = t) on equal stages, free communication.
+inline double zb_formula_units(int p, int m) { return 2.0 * m + p - 1 + std::max(m, p); }
 
 }  // namespace pptest
