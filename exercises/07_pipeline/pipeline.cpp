@@ -171,16 +171,52 @@ std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
 // =============================================================================================
 // Task 11: the executor of a schedule given as data.
 
-void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepState& st) {
-  DISTLAB_TODO("run each operation in order: receive its input from the neighbour, compute, send "
-               "its result on without waiting for the neighbour; every send complete before "
-               "returning (README: Task 11)");
+void run_ops(std::span<Stage> chunks, const Batch& batch, const std::vector<Op>& ops,
+             StepState& st) {
+  const int ranks = dist::world_size();
+  DISTLAB_TODO("run each operation in order on its chunk: receive its input from the rank of the "
+               "neighbouring chunk, compute, send the result on without waiting for it to be "
+               "taken; every send complete before returning (README: Task 11)");
+}
+
+// =============================================================================================
+// Task 12: which rank holds a chunk.
+
+int chunk_rank(int chunk, int ranks) {
+  if (ranks < 1 || chunk < 0) {
+    throw std::invalid_argument("chunk_rank(chunk=" + std::to_string(chunk) + ", ranks=" +
+                                std::to_string(ranks) + "): need chunk >= 0 and ranks >= 1");
+  }
+  DISTLAB_TODO("the rank of global chunk `chunk` in the interleaved layout (README: Task 12)");
+}
+
+// =============================================================================================
+// Task 13: interleaved 1F1B as a list of operations.
+
+std::vector<Op> interleaved_ops(int ranks, int rank, int microbatches, int chunks) {
+  if (ranks < 1 || rank < 0 || rank >= ranks || microbatches < 1 || chunks < 1) {
+    throw std::invalid_argument("interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" +
+                                std::to_string(rank) + ", microbatches=" +
+                                std::to_string(microbatches) + ", chunks=" +
+                                std::to_string(chunks) +
+                                "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
+                                "chunks >= 1");
+  }
+  std::vector<Op> ops;
+  DISTLAB_TODO("this rank's forwards and backwards over its chunks: warm-up, the steady "
+               "one-forward-one-backward phase across chunks, cool-down; m a multiple of p when "
+               "there are several chunks (README: Task 13)");
+  return ops;
 }
 
 // =============================================================================================
 // Task 7: the training step.
 
 double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
+  if (schedule == Schedule::Interleaved) {
+    throw std::invalid_argument(
+        "train_step: interleaved 1F1B runs on a rank's chunks: use train_step_interleaved");
+  }
   StepState st;
   DISTLAB_TODO("one optimizer step on this stage for the whole batch with the chosen schedule "
                "(README: Tasks, 7)");
@@ -189,6 +225,50 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
 
 // =============================================================================================
 // Given code.
+
+void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepState& st) {
+  run_ops(std::span<Stage>(&stage, 1), batch, ops, st);
+}
+
+std::vector<Stage> make_rank_chunks(const mlp::Config& config, std::uint64_t seed, int chunks,
+                                    CostModel cost, ActivationMeter* rank_meter) {
+  const int p = dist::world_size(), rank = dist::rank();
+  if (chunks < 1 || chunks * p > config.n_layers) {
+    throw std::invalid_argument("make_rank_chunks: " + std::to_string(chunks) +
+                                " chunks per rank on " + std::to_string(p) + " ranks need " +
+                                std::to_string(chunks * p) + " layers or more, the model has " +
+                                std::to_string(config.n_layers));
+  }
+  std::vector<Stage> out;
+  out.reserve(static_cast<std::size_t>(chunks));
+  for (int g = 0; g < chunks * p; ++g) {
+    if (chunk_rank(g, p) != rank) continue;
+    out.emplace_back(config, seed, g, chunks * p, cost);
+    out.back().set_chunk(static_cast<int>(out.size()) - 1);
+    out.back().set_rank_meter(rank_meter);
+  }
+  if (static_cast<int>(out.size()) != chunks) {
+    throw std::logic_error("make_rank_chunks: rank " + std::to_string(rank) + " got " +
+                           std::to_string(out.size()) + " chunks, expected " +
+                           std::to_string(chunks) + " (check chunk_rank)");
+  }
+  return out;
+}
+
+double train_step_interleaved(std::span<Stage> chunks, mlp::SGD& opt, const Batch& batch) {
+  if (chunks.empty()) throw std::invalid_argument("train_step_interleaved: no chunks");
+  StepState st;
+  for (Stage& c : chunks) c.zero_grad();
+  run_ops(chunks, batch,
+          interleaved_ops(dist::world_size(), dist::rank(), batch.microbatches,
+                          static_cast<int>(chunks.size())),
+          st);
+  opt.step();
+  for (const Stage& c : chunks) {
+    if (c.is_last()) return st.loss;
+  }
+  return 0.0;
+}
 
 const char* to_string(Schedule s) {
   switch (s) {
@@ -200,13 +280,17 @@ const char* to_string(Schedule s) {
       return "1f1b";
     case Schedule::ZeroBubble:
       return "zb";
+    case Schedule::Interleaved:
+      return "interleaved";
   }
   return "?";
 }
 
 std::string to_string(const Op& op) {
   static const char* const names[] = {"F", "BW", "B", "W"};
-  return names[static_cast<int>(op.kind)] + std::to_string(op.microbatch);
+  std::string s = names[static_cast<int>(op.kind)] + std::to_string(op.microbatch);
+  if (op.chunk > 0) s += "." + std::to_string(op.chunk);
+  return s;
 }
 
 Schedule schedule_from_string(const std::string& name) {
@@ -214,7 +298,9 @@ Schedule schedule_from_string(const std::string& name) {
   if (name == "gpipe") return Schedule::GPipe;
   if (name == "1f1b") return Schedule::OneFOneB;
   if (name == "zb") return Schedule::ZeroBubble;
-  throw std::invalid_argument("unknown schedule '" + name + "': use naive, gpipe, 1f1b or zb");
+  if (name == "interleaved") return Schedule::Interleaved;
+  throw std::invalid_argument("unknown schedule '" + name +
+                              "': use naive, gpipe, 1f1b, zb or interleaved");
 }
 
 Range shard_range(int n, int parts, int index) {
@@ -270,6 +356,7 @@ std::vector<const mlp::Parameter*> Stage::parameters() const {
 void Stage::charge(char kind, double seconds, int microbatch) {
   std::string name(1, kind);
   name += std::to_string(microbatch);
+  if (chunk_ > 0) name += "." + std::to_string(chunk_);
   const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
   if (dist::in_launch()) dist::sim_compute(seconds, name.c_str());
   spans_.push_back({name, t0, t0 + seconds});
@@ -313,6 +400,7 @@ void Stage::stash_push(int microbatch, Stash stash) {
                            " already holds the stash of microbatch " + std::to_string(microbatch));
   }
   meter_.add(bytes);
+  if (rank_meter_ != nullptr) rank_meter_->add(bytes);
 }
 
 Stash Stage::stash_pop(int microbatch) {
@@ -325,6 +413,7 @@ Stash Stage::stash_pop(int microbatch) {
   Stash s = std::move(it->second);
   stash_.erase(it);
   meter_.remove(s.bytes());
+  if (rank_meter_ != nullptr) rank_meter_->remove(s.bytes());
   return s;
 }
 

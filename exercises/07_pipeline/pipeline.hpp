@@ -14,6 +14,8 @@
 //   ZB-H1   1F1B with each backward split into B (the input gradient,      bubble (p-1)/(3m+p-1),
 //           which the previous stage waits for) and W (the weight          m >= p (README: Task 10)
 //           gradient, which nobody waits for), W deferred into bubbles     stash <= p microbatches
+//   interleaved 1F1B: v chunks per rank (virtual stages), chunk g on rank  bubble (p-1)/(vm+p-1)
+//           g mod p; a microbatch visits every rank v times               (README: Task 13)
 //
 // Activation recomputation (any schedule): a stage stashes only its input per microbatch and runs
 // its forward again at the start of the backward: less memory, backward tb + tf instead of tb.
@@ -29,6 +31,7 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,9 +44,9 @@ namespace pp {
 using Matrix = mlp::Matrix;
 using Labels = mlp::Labels;
 
-enum class Schedule { Naive, GPipe, OneFOneB, ZeroBubble };
-const char* to_string(Schedule s);  // "naive", "gpipe", "1f1b", "zb"
-/// Parses "naive", "gpipe", "1f1b" or "zb" (else std::invalid_argument).
+enum class Schedule { Naive, GPipe, OneFOneB, ZeroBubble, Interleaved };
+const char* to_string(Schedule s);  // "naive", "gpipe", "1f1b", "zb", "interleaved"
+/// Parses "naive", "gpipe", "1f1b", "zb" or "interleaved" (else std::invalid_argument).
 Schedule schedule_from_string(const std::string& name);
 
 /// A half-open range [begin, begin + size) of layers or rows.
@@ -107,6 +110,14 @@ class Stage {
   void set_recompute(bool on) { recompute_ = on; }
   bool recompute() const { return recompute_; }
 
+  /// Given, for interleaved 1F1B, where a rank holds several chunks (each a Stage whose stage()
+  /// is the global chunk number and stages() = v p): the rank's local chunk number c of this
+  /// chunk (its spans are named F<i>.c, B<i>.c when c > 0), and a meter of the whole rank that
+  /// stash_push / stash_pop also count in (nullptr: none).
+  void set_chunk(int local_chunk) { chunk_ = local_chunk; }
+  int chunk() const { return chunk_; }
+  void set_rank_meter(ActivationMeter* meter) { rank_meter_ = meter; }
+
   /// Given. Zeroes this stage's gradients (call before the first microbatch of a batch).
   void zero_grad();
   /// This stage's weights, first layer first (parameters()[k] is layer layers().begin + k).
@@ -166,6 +177,8 @@ class Stage {
   std::vector<Span> spans_;
   double busy_s_ = 0;
   bool recompute_ = false;
+  int chunk_ = 0;
+  ActivationMeter* rank_meter_ = nullptr;
   Matrix out_;                     // forward's output
   Matrix grad_scratch_, dh_, dz_;  // backward's buffers
   void charge(char kind, double seconds, int microbatch);
@@ -252,15 +265,17 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st);
 // Schedules as data (Megatron-LM's and the zero-bubble repository's way): one stage's operations
 // in order, computed first, checked, then run by one executor.
 
-/// One operation of a stage: F forward, BW the whole backward (B and W together), B the input
-/// gradient only, W the weight gradient only (the spans F<i>, B<i>, B<i>, W<i>).
+/// One operation of a rank: F forward, BW the whole backward (B and W together), B the input
+/// gradient only, W the weight gradient only (the spans F<i>, B<i>, B<i>, W<i>), of microbatch
+/// `microbatch` on the rank's local chunk `chunk` (0 except in interleaved 1F1B).
 enum class OpKind { F, BW, B, W };
 struct Op {
   OpKind kind = OpKind::F;
   int microbatch = 0;
+  int chunk = 0;
   bool operator==(const Op&) const = default;
 };
-std::string to_string(const Op& op);  // "F3", "BW3", "B3", "W3"
+std::string to_string(const Op& op);  // "F3", "BW3", "B3", "W3"; chunk c > 0: "F3.1", ...
 
 /// Task 10. Stage `stage`'s operations in ZB-H1 with m microbatches (any m >= 1, else
 /// std::invalid_argument): each microbatch's F, B and W once, F before B before W; forwards in
@@ -270,15 +285,51 @@ std::string to_string(const Op& op);  // "F3", "BW3", "B3", "W3"
 /// step takes (3m + p - 1) tf when m >= p, (2m + 2p - 1) tf when m < p.
 std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches);
 
-/// Task 11. Runs a stage's operations in order (run_ops(stage, batch, zb_h1_ops(...), st) is
-/// ZB-H1). Each F and each backward first receives what it needs from its neighbour (through the
-/// task 3 receive helpers) and, once computed, sends its result on without waiting for the
-/// neighbour to take it: no stage is ever blocked sending, so any list in which every receive's
-/// message is produced by the neighbour's list runs without deadlock. Every send has completed
+/// Task 12. The rank that holds global chunk `chunk` when the model is cut into `ranks` x v
+/// chunks (interleaved 1F1B: chunk g on rank g mod p, so rank r holds chunks r, r + p, r + 2p,
+/// ...; with v = 1 chunk g is stage g on rank g).
+int chunk_rank(int chunk, int ranks);
+
+/// Task 11. Runs a rank's operations in order; chunks[c] is the rank's local chunk c (one Stage
+/// per chunk, stage() its global chunk number; a single Stage without interleaving), and an
+/// operation runs on chunks[op.chunk]. Each F and each backward first receives what it needs
+/// from the rank of the neighbouring chunk (chunk_rank; activations with kForwardTag, gradients
+/// with kBackwardTag, shaped like the task 3 helpers' receives) and, once computed, sends its
+/// result to the rank of the other neighbouring chunk without waiting for it to be taken: no rank
+/// is ever blocked sending, so any lists in which every receive's message is produced by the
+/// neighbour's list (and a rank sends to a neighbour in the order the neighbour receives) run
+/// without deadlock, and each message leaves as soon as it is computed. Every send has completed
 /// when run_ops returns. F, BW: forward_step, backward_step; B: the input gradient of the last
-/// stage's oldest queued dlogits or of the received gradient; W: backward_weight. Traffic: one
-/// message per F and per B or BW that has a neighbour to send to, as in 1F1B.
+/// chunk's oldest queued dlogits or of the received gradient; W: backward_weight. Traffic: one
+/// message per F and per B or BW whose chunk has a neighbour in that direction.
+void run_ops(std::span<Stage> chunks, const Batch& batch, const std::vector<Op>& ops,
+             StepState& st);
+/// Given: run_ops on a single stage.
 void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepState& st);
+
+/// Task 13. Rank `rank`'s operations in interleaved 1F1B with v = `chunks` chunks per rank and m
+/// microbatches: F and BW of every (local chunk, microbatch) once. Needs chunks >= 1 and m >= 1,
+/// and m a multiple of p when v >= 2 (else std::invalid_argument, saying so). Contracts (README:
+/// Task 13): a microbatch's F on global chunk g after its F on g - 1, its BW on g after its BW on
+/// g + 1; a rank sends to each neighbour in the order the neighbour receives; at most v p - r
+/// (chunk, microbatch) stashes on rank r (nor more than v m); with v = 1 it is 1F1B (the same
+/// order as run_1f1b); on equal chunks with free communication the step takes
+/// (m + (p-1)/v)(tf + tb), tf and tb a whole rank's (v chunks') forward and backward.
+std::vector<Op> interleaved_ops(int ranks, int rank, int microbatches, int chunks);
+
+/// Given. This rank's chunks for interleaved 1F1B with v = `chunks` chunks per rank: the model
+/// cut into v p chunks by stage_layers, the chunks g with chunk_rank(g, p) == this rank in
+/// increasing g (local chunk c is the c-th), each with set_chunk(c) and the rank meter. Every rank
+/// builds its chunks of the same model (same seed). Needs v p <= the layers (else
+/// std::invalid_argument).
+std::vector<Stage> make_rank_chunks(const mlp::Config& config, std::uint64_t seed, int chunks,
+                                    CostModel cost = {}, ActivationMeter* rank_meter = nullptr);
+
+/// Given. One training step of interleaved 1F1B on a rank's chunks (as run_ops takes them; the
+/// optimizer holds every chunk's weights): zero every chunk's gradients, run
+/// interleaved_ops(p, rank, m, chunks.size()) with run_ops, one SGD step. Returns the batch's
+/// mean loss on the rank of the last chunk (0 on the others).
+double train_step_interleaved(std::span<Stage> chunks, mlp::SGD& opt, const Batch& batch);
 
 /// Task 7. One training step: zero the gradients, run the schedule, one SGD step. Returns the
 /// batch's mean loss on the last stage (0 on the others).

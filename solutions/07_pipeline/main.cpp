@@ -46,16 +46,19 @@ Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& 
   std::mutex mu;
   dist::launch(launch, [&] {
     const int rank = dist::rank();
-    pp::Stage stage(c.model, c.model.seed + 2, rank, dist::world_size(), c.cost);
-    stage.set_recompute(c.recompute);
-    mlp::SGD opt(stage.parameters(), c.model.learning_rate);
+    pp::ActivationMeter rank_meter;
+    std::vector<pp::Stage> stages = pp::make_stages(c, &rank_meter);
+    mlp::SGD opt(pp::all_parameters(stages), c.model.learning_rate);
     const datasets::BatchLoader loader(data.train, c.model.batch_size, c.model.seed + 3);
     pp::Matrix x;
     pp::Labels y;
     loader.load(0, x, y);
     const distlab::Stopwatch sw;
+    const pp::Batch batch{x, y, c.microbatches};
     const pp::StepMeasure m =
-        pp::measured_step(stage, opt, pp::Batch{x, y, c.microbatches}, c.schedule);
+        c.schedule == pp::Schedule::Interleaved
+            ? pp::measured_step_interleaved(stages, rank_meter, opt, batch)
+            : pp::measured_step(stages[0], opt, batch, c.schedule);
     const double wall = sw.elapsed_s();
     const double mine[] = {
         m.busy_s, static_cast<double>(m.peak_microbatches), static_cast<double>(m.peak_bytes),
@@ -80,6 +83,22 @@ Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& 
   return out;
 }
 
+/// "layers [a, b)" of rank r, or its chunks' layers with interleaving.
+std::string rank_layers(const pp::PipelineConfig& c, int p, int r) {
+  if (c.schedule != pp::Schedule::Interleaved) {
+    const pp::Range l = pp::stage_layers(c.model.n_layers, p, r);
+    return "layers [" + std::to_string(l.begin) + ", " + std::to_string(l.end()) + ")";
+  }
+  std::string out = "chunks";
+  for (int g = 0; g < c.chunks * p; ++g) {
+    if (pp::chunk_rank(g, p) != r) continue;
+    const pp::Range l = pp::stage_layers(c.model.n_layers, c.chunks * p, g);
+    out += " " + std::to_string(g) + ": [" + std::to_string(l.begin) + ", " +
+           std::to_string(l.end()) + ")";
+  }
+  return out;
+}
+
 /// Equal stages (every layer width x width) and free communication: the formulas' setting.
 /// With csv_path set, also writes one row per (schedule, m) there.
 void sweep(int stages, int width, int layers_per_stage, double gflops, bool recompute,
@@ -98,14 +117,21 @@ void sweep(int stages, int width, int layers_per_stage, double gflops, bool reco
   launch.network.latency_s = 0;
   launch.network.bandwidth_Bps = 1e30;
   const pp::Schedule schedules[] = {pp::Schedule::Naive, pp::Schedule::GPipe,
-                                    pp::Schedule::OneFOneB, pp::Schedule::ZeroBubble};
+                                    pp::Schedule::OneFOneB, pp::Schedule::ZeroBubble,
+                                    pp::Schedule::Interleaved};
+  c.chunks = 1;
   std::printf(
       "bubble fraction (formula) and peak stash in microbatches (stage 0 / the largest stage) vs "
-      "m:\n%d equal stages of %d layers %dx%d, batch %d, free communication%s\n",
+      "m:\n%d equal stages of %d layers %dx%d, batch %d, free communication%s; interleaved: %d "
+      "chunks of %d layer(s) per rank, peak in (chunk, microbatch) stashes, only m a multiple of "
+      "p\n",
       stages, layers_per_stage, width, width, c.model.batch_size,
-      c.recompute ? ", recomputation on" : "");
-  std::printf("%4s", "m");
-  for (pp::Schedule s : schedules) std::printf(" | %-5s bubble (formula)   peak", pp::to_string(s));
+      c.recompute ? ", recomputation on" : "", layers_per_stage, 1);
+  std::printf("%4s", "");
+  for (pp::Schedule s : schedules) std::printf(" | %-25s", pp::to_string(s));
+  std::printf("\n%4s", "m");
+  for (std::size_t k = 0; k < std::size(schedules); ++k)
+    std::printf(" | %-25s", "bubble (formula) peak");
   std::printf("\n");
   std::FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
   if (!csv_path.empty() && csv == nullptr) throw std::runtime_error("cannot write " + csv_path);
@@ -118,13 +144,18 @@ void sweep(int stages, int width, int layers_per_stage, double gflops, bool reco
     std::printf("%4d", m);
     for (pp::Schedule s : schedules) {
       c.schedule = s;
+      c.chunks = s == pp::Schedule::Interleaved ? layers_per_stage : 1;
+      if (s == pp::Schedule::Interleaved && m % stages != 0) {
+        std::printf(" | %-25s", "     -");
+        continue;
+      }
       const Simulated r = simulate(launch, c, data);
       int peak_max = 0;
       for (const auto& k : r.ranks) peak_max = std::max(peak_max, k.peak_microbatches);
-      const double formula = pp::formula_bubble(s, stages, m, c.recompute);
+      const double formula = pp::formula_bubble(s, stages, m, c.recompute, c.chunks);
       char f[16] = "   n/a";
       if (!std::isnan(formula)) std::snprintf(f, sizeof f, "%6.4f", formula);
-      std::printf(" | %6.4f (%s) %2d / %2d", r.ranks[0].bubble, f, r.ranks[0].peak_microbatches,
+      std::printf(" | %6.4f (%s) %3d / %-3d", r.ranks[0].bubble, f, r.ranks[0].peak_microbatches,
                   peak_max);
       if (csv) {
         std::fprintf(csv, "%s,%d,%d,%d,%.9g,%.6f,%.6f,%d,%lld,%d\n", pp::to_string(s),
@@ -159,8 +190,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--microbatches,-m", c.microbatches, "microbatches per batch")
       ->check(CLI::PositiveNumber);
-  app.add_option("--schedule", schedule, "naive, gpipe, 1f1b or zb (ZB-H1)")
-      ->check(CLI::IsMember({"naive", "gpipe", "1f1b", "zb"}));
+  app.add_option("--schedule", schedule, "naive, gpipe, 1f1b, zb (ZB-H1) or interleaved")
+      ->check(CLI::IsMember({"naive", "gpipe", "1f1b", "zb", "interleaved"}));
+  app.add_option("--chunks,-v", c.chunks,
+                 "with --schedule interleaved: model chunks per rank (virtual stages)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--recompute", c.recompute,
                "activation recomputation: stash only each stage's input, run the forward again "
                "in the backward");
@@ -210,9 +244,10 @@ int main(int argc, char** argv) {
     launch.trace_path.clear();  // the trace covers the simulated step only
     const datasets::Split data = mlp::make_data(c.model);
     if (lead) {
-      std::printf("%sstages = %d\nmicrobatches = %d\nschedule = %s\nrecompute = %s\n\n",
-                  mlp::describe(c.model).c_str(), p, c.microbatches, pp::to_string(c.schedule),
-                  c.recompute ? "on" : "off");
+      std::printf(
+          "%sstages = %d\nmicrobatches = %d\nschedule = %s\nchunks = %d\nrecompute = %s\n\n",
+          mlp::describe(c.model).c_str(), p, c.microbatches, pp::to_string(c.schedule), c.chunks,
+          c.recompute ? "on" : "off");
     }
     std::fflush(stdout);
     dist::launch(launch, [&] {
@@ -237,11 +272,10 @@ int main(int argc, char** argv) {
           run.wall_s * 1e3);
       for (int r = 0; r < p; ++r) {
         const pp::StepMeasure& m = run.ranks[static_cast<std::size_t>(r)];
-        const pp::Range layers = pp::stage_layers(c.model.n_layers, p, r);
         std::printf(
-            "  stage %d: layers [%d, %d) | peak stash %d microbatches, %.1f KiB | sent %llu "
+            "  stage %d: %s | peak stash %d microbatches, %.1f KiB | sent %llu "
             "messages, %.1f KiB\n",
-            r, layers.begin, layers.end(), m.peak_microbatches,
+            r, rank_layers(c, p, r).c_str(), m.peak_microbatches,
             static_cast<double>(m.peak_bytes) / 1024.0,
             static_cast<unsigned long long>(m.stats.messages_sent),
             static_cast<double>(m.stats.bytes_sent) / 1024.0);
@@ -261,7 +295,8 @@ int main(int argc, char** argv) {
     std::printf("\nsimulated step (%s, p = %d, m = %d, compute at %.0f GFLOP/s per stage):\n",
                 pp::to_string(c.schedule), p,
                 c.schedule == pp::Schedule::Naive ? 1 : c.microbatches, gflops);
-    const double formula = pp::formula_bubble(c.schedule, p, c.microbatches, c.recompute);
+    const double formula =
+        pp::formula_bubble(c.schedule, p, c.microbatches, c.recompute, c.chunks);
     if (std::isnan(formula)) {
       std::printf("  step time %.3f ms | bubble fraction %.4f measured (no formula for %s with "
                   "recomputation)\n",
@@ -277,12 +312,12 @@ int main(int argc, char** argv) {
     std::vector<std::vector<pp::ActivationMeter::Sample>> memory;
     for (int r = 0; r < p; ++r) {
       const pp::StepMeasure& m = sim.ranks[static_cast<std::size_t>(r)];
-      const pp::Range layers = pp::stage_layers(c.model.n_layers, p, r);
       std::printf(
-          "  stage %d: layers [%d, %d) | busy %.3f ms (%.1f%%) | peak stash %d microbatches, "
+          "  stage %d: %s | busy %.3f ms (%.1f%%) | peak stash %d %s, "
           "%.1f KiB | sent %llu messages, %.1f KiB\n",
-          r, layers.begin, layers.end(), m.busy_s * 1e3, 100.0 * m.busy_s / r0.step_s,
-          m.peak_microbatches, static_cast<double>(m.peak_bytes) / 1024.0,
+          r, rank_layers(c, p, r).c_str(), m.busy_s * 1e3, 100.0 * m.busy_s / r0.step_s,
+          m.peak_microbatches, c.chunks > 1 ? "(chunk, microbatch) stashes" : "microbatches",
+          static_cast<double>(m.peak_bytes) / 1024.0,
           static_cast<unsigned long long>(m.stats.messages_sent),
           static_cast<double>(m.stats.bytes_sent) / 1024.0);
       spans.push_back(m.spans);

@@ -368,27 +368,37 @@ std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
 // =============================================================================================
 // Task 11: the executor of a schedule given as data.
 
-void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepState& st) {
-  // BEGIN SOLUTION: run each operation in order: receive its input from the neighbour, compute,
-  //   send its result on without waiting for the neighbour; every send complete before returning
-  //   (README: Task 11)
+void run_ops(std::span<Stage> chunks, const Batch& batch, const std::vector<Op>& ops,
+             StepState& st) {
+  const int ranks = dist::world_size();
+  // BEGIN SOLUTION: run each operation in order on its chunk: receive its input from the rank of
+  //   the neighbouring chunk, compute, send the result on without waiting for it to be taken;
+  //   every send complete before returning (README: Task 11)
   auto post = [&](const Matrix& m, int dst, int tag) {
     st.outbox.push_back(m);  // the send's buffer must live until the send completes
     st.sends.push_back(dist::isend(dist::as_span(st.outbox.back()), dst, tag));
   };
   for (const Op& op : ops) {
+    Stage& stage = chunks[static_cast<std::size_t>(op.chunk)];
+    const int g = stage.stage();
     const int i = op.microbatch;
     const int rows = batch.microbatch_rows(i).size;
     switch (op.kind) {
       case OpKind::F: {
-        recv_forward(stage, st.x, rows);
+        if (!stage.is_first()) {
+          st.x.resize(rows, stage.in_features());
+          dist::recv(dist::as_span(st.x), chunk_rank(g - 1, ranks), kForwardTag);
+        }
         const Matrix& y = forward_step(stage, batch, i, st);
-        if (!stage.is_last()) post(y, stage.stage() + 1, kForwardTag);
+        if (!stage.is_last()) post(y, chunk_rank(g + 1, ranks), kForwardTag);
         break;
       }
       case OpKind::BW:
       case OpKind::B: {
-        recv_backward(stage, st.dy, rows);
+        if (!stage.is_last()) {
+          st.dy.resize(rows, stage.out_features());
+          dist::recv(dist::as_span(st.dy), chunk_rank(g + 1, ranks), kBackwardTag);
+        }
         if (op.kind == OpKind::BW) {
           backward_step(stage, batch, i, st);
         } else if (stage.is_last()) {
@@ -399,7 +409,7 @@ void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepS
         } else {
           stage.backward_input(st.dy, i, st.dx);
         }
-        if (!stage.is_first()) post(st.dx, stage.stage() - 1, kBackwardTag);
+        if (!stage.is_first()) post(st.dx, chunk_rank(g - 1, ranks), kBackwardTag);
         break;
       }
       case OpKind::W:
@@ -414,9 +424,69 @@ void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepS
 }
 
 // =============================================================================================
+// Task 12: which rank holds a chunk.
+
+int chunk_rank(int chunk, int ranks) {
+  if (ranks < 1 || chunk < 0) {
+    throw std::invalid_argument("chunk_rank(chunk=" + std::to_string(chunk) + ", ranks=" +
+                                std::to_string(ranks) + "): need chunk >= 0 and ranks >= 1");
+  }
+  // BEGIN SOLUTION: the rank of global chunk `chunk` in the interleaved layout (README: Task 12)
+  return chunk % ranks;
+  // END SOLUTION
+}
+
+// =============================================================================================
+// Task 13: interleaved 1F1B as a list of operations.
+
+std::vector<Op> interleaved_ops(int ranks, int rank, int microbatches, int chunks) {
+  if (ranks < 1 || rank < 0 || rank >= ranks || microbatches < 1 || chunks < 1) {
+    throw std::invalid_argument("interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" +
+                                std::to_string(rank) + ", microbatches=" +
+                                std::to_string(microbatches) + ", chunks=" +
+                                std::to_string(chunks) +
+                                "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
+                                "chunks >= 1");
+  }
+  std::vector<Op> ops;
+  // BEGIN SOLUTION: this rank's forwards and backwards over its chunks: warm-up, the steady
+  //   one-forward-one-backward phase across chunks, cool-down; m a multiple of p when there are
+  //   several chunks (README: Task 13)
+  const int p = ranks, v = chunks, m = microbatches;
+  if (v > 1 && m % p != 0) {
+    throw std::invalid_argument("interleaved_ops: with " + std::to_string(v) +
+                                " chunks per rank the microbatches (" + std::to_string(m) +
+                                ") must be a multiple of the ranks (" + std::to_string(p) +
+                                "): choose m = k * " + std::to_string(p));
+  }
+  const int total = m * v;
+  // The k-th forward (backward) of the rank: groups of p microbatches go through chunk 0, 1, ...
+  // (backwards: v-1, v-2, ...) before the next group starts.
+  auto nth = [&](OpKind kind, int k) {
+    const int group = k / (p * v), in_group = k % (p * v);
+    const int c = in_group / p;
+    return Op{kind, group * p + in_group % p, kind == OpKind::F ? c : v - 1 - c};
+  };
+  const int warmup = std::min((p - rank - 1) + (v - 1) * p, total);
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) ops.push_back(nth(OpKind::F, f));
+  for (; f < total; ++f, ++b) {
+    ops.push_back(nth(OpKind::F, f));
+    ops.push_back(nth(OpKind::BW, b));
+  }
+  for (; b < total; ++b) ops.push_back(nth(OpKind::BW, b));
+  // END SOLUTION
+  return ops;
+}
+
+// =============================================================================================
 // Task 7: the training step.
 
 double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
+  if (schedule == Schedule::Interleaved) {
+    throw std::invalid_argument(
+        "train_step: interleaved 1F1B runs on a rank's chunks: use train_step_interleaved");
+  }
   StepState st;
   // BEGIN SOLUTION: one optimizer step on this stage for the whole batch with the chosen schedule
   //   (README: Tasks, 7)
@@ -434,6 +504,8 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
     case Schedule::ZeroBubble:
       run_ops(stage, batch, zb_h1_ops(stage.stages(), stage.stage(), batch.microbatches), st);
       break;
+    case Schedule::Interleaved:  // train_step_interleaved
+      break;
   }
   opt.step();
   // END SOLUTION
@@ -442,6 +514,50 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
 
 // =============================================================================================
 // Given code.
+
+void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepState& st) {
+  run_ops(std::span<Stage>(&stage, 1), batch, ops, st);
+}
+
+std::vector<Stage> make_rank_chunks(const mlp::Config& config, std::uint64_t seed, int chunks,
+                                    CostModel cost, ActivationMeter* rank_meter) {
+  const int p = dist::world_size(), rank = dist::rank();
+  if (chunks < 1 || chunks * p > config.n_layers) {
+    throw std::invalid_argument("make_rank_chunks: " + std::to_string(chunks) +
+                                " chunks per rank on " + std::to_string(p) + " ranks need " +
+                                std::to_string(chunks * p) + " layers or more, the model has " +
+                                std::to_string(config.n_layers));
+  }
+  std::vector<Stage> out;
+  out.reserve(static_cast<std::size_t>(chunks));
+  for (int g = 0; g < chunks * p; ++g) {
+    if (chunk_rank(g, p) != rank) continue;
+    out.emplace_back(config, seed, g, chunks * p, cost);
+    out.back().set_chunk(static_cast<int>(out.size()) - 1);
+    out.back().set_rank_meter(rank_meter);
+  }
+  if (static_cast<int>(out.size()) != chunks) {
+    throw std::logic_error("make_rank_chunks: rank " + std::to_string(rank) + " got " +
+                           std::to_string(out.size()) + " chunks, expected " +
+                           std::to_string(chunks) + " (check chunk_rank)");
+  }
+  return out;
+}
+
+double train_step_interleaved(std::span<Stage> chunks, mlp::SGD& opt, const Batch& batch) {
+  if (chunks.empty()) throw std::invalid_argument("train_step_interleaved: no chunks");
+  StepState st;
+  for (Stage& c : chunks) c.zero_grad();
+  run_ops(chunks, batch,
+          interleaved_ops(dist::world_size(), dist::rank(), batch.microbatches,
+                          static_cast<int>(chunks.size())),
+          st);
+  opt.step();
+  for (const Stage& c : chunks) {
+    if (c.is_last()) return st.loss;
+  }
+  return 0.0;
+}
 
 const char* to_string(Schedule s) {
   switch (s) {
@@ -453,13 +569,17 @@ const char* to_string(Schedule s) {
       return "1f1b";
     case Schedule::ZeroBubble:
       return "zb";
+    case Schedule::Interleaved:
+      return "interleaved";
   }
   return "?";
 }
 
 std::string to_string(const Op& op) {
   static const char* const names[] = {"F", "BW", "B", "W"};
-  return names[static_cast<int>(op.kind)] + std::to_string(op.microbatch);
+  std::string s = names[static_cast<int>(op.kind)] + std::to_string(op.microbatch);
+  if (op.chunk > 0) s += "." + std::to_string(op.chunk);
+  return s;
 }
 
 Schedule schedule_from_string(const std::string& name) {
@@ -467,7 +587,9 @@ Schedule schedule_from_string(const std::string& name) {
   if (name == "gpipe") return Schedule::GPipe;
   if (name == "1f1b") return Schedule::OneFOneB;
   if (name == "zb") return Schedule::ZeroBubble;
-  throw std::invalid_argument("unknown schedule '" + name + "': use naive, gpipe, 1f1b or zb");
+  if (name == "interleaved") return Schedule::Interleaved;
+  throw std::invalid_argument("unknown schedule '" + name +
+                              "': use naive, gpipe, 1f1b, zb or interleaved");
 }
 
 Range shard_range(int n, int parts, int index) {
@@ -523,6 +645,7 @@ std::vector<const mlp::Parameter*> Stage::parameters() const {
 void Stage::charge(char kind, double seconds, int microbatch) {
   std::string name(1, kind);
   name += std::to_string(microbatch);
+  if (chunk_ > 0) name += "." + std::to_string(chunk_);
   const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
   if (dist::in_launch()) dist::sim_compute(seconds, name.c_str());
   spans_.push_back({name, t0, t0 + seconds});
@@ -566,6 +689,7 @@ void Stage::stash_push(int microbatch, Stash stash) {
                            " already holds the stash of microbatch " + std::to_string(microbatch));
   }
   meter_.add(bytes);
+  if (rank_meter_ != nullptr) rank_meter_->add(bytes);
 }
 
 Stash Stage::stash_pop(int microbatch) {
@@ -578,6 +702,7 @@ Stash Stage::stash_pop(int microbatch) {
   Stash s = std::move(it->second);
   stash_.erase(it);
   meter_.remove(s.bytes());
+  if (rank_meter_ != nullptr) rank_meter_->remove(s.bytes());
   return s;
 }
 

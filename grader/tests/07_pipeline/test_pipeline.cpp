@@ -292,6 +292,7 @@ void memory(Schedule s) {
             break;
           }
           case Schedule::ZeroBubble:  // MemoryZB
+          case Schedule::Interleaved:  // MemoryInterleaved
             break;
         }
       }
@@ -732,6 +733,244 @@ TEST(OrderZB, SpansFollowTheStagesListAndNoWBeforeItsB) {
                 << "stage " << r << ": " << name << " before its B";
           }
         }
+      }
+    }
+  }
+}
+
+// ---- Tasks 12 and 13: interleaved 1F1B (virtual stages) ------------------------------------------
+
+TEST(ChunkRank, ChunkGOnRankGModP) {
+  for (int p = 1; p <= 6; ++p) {
+    for (int g = 0; g < 4 * p; ++g) EXPECT_EQ(pp::chunk_rank(g, p), g % p) << "p=" << p << " g=" << g;
+  }
+  EXPECT_THROW(pp::chunk_rank(0, 0), std::invalid_argument);
+}
+
+/// The span name of an operation (BW runs as one span B<i>).
+std::string span_of(const pp::Op& op) {
+  std::string s = pp::to_string(op);
+  return op.kind == pp::OpKind::BW ? "B" + s.substr(2) : s;
+}
+
+TEST(InterleavedOps, EveryChunkOnceWithinTheStashBoundAndTheStepFormula) {
+  for (int p = 1; p <= 4; ++p) {
+    for (int v = 1; v <= 3; ++v) {
+      for (int m : {p, 2 * p, 3 * p}) {
+        SCOPED_TRACE("p=" + std::to_string(p) + " v=" + std::to_string(v) +
+                     " m=" + std::to_string(m));
+        const auto lists = interleaved_lists(p, m, v);
+        for (int r = 0; r < p; ++r) {
+          const auto& ops = lists[static_cast<std::size_t>(r)];
+          ASSERT_EQ(ops.size(), static_cast<std::size_t>(2 * m * v))
+              << "rank " << r << ": F and BW of every (chunk, microbatch)";
+          std::set<std::pair<int, int>> f, b;
+          for (const pp::Op& op : ops) {
+            ASSERT_TRUE(op.kind == pp::OpKind::F || op.kind == pp::OpKind::BW) << pp::to_string(op);
+            ASSERT_TRUE(op.chunk >= 0 && op.chunk < v && op.microbatch >= 0 && op.microbatch < m)
+                << pp::to_string(op);
+            auto& set = op.kind == pp::OpKind::F ? f : b;
+            ASSERT_TRUE(set.insert({op.chunk, op.microbatch}).second)
+                << "rank " << r << ": " << pp::to_string(op) << " twice";
+            if (op.kind == pp::OpKind::BW) {
+              ASSERT_TRUE(f.count({op.chunk, op.microbatch}))
+                  << "rank " << r << ": " << pp::to_string(op) << " before its F";
+            }
+          }
+        }
+        const OpsReplay rep = replay_ops(lists, 1.0, 0, v);
+        ASSERT_TRUE(rep.ok) << rep.error;
+        EXPECT_EQ(rep.step, interleaved_formula_units(p, m, v))
+            << "step in units of one chunk's forward: (m + (p-1)/v)(tf + tb)";
+        for (int r = 0; r < p; ++r) {
+          EXPECT_LE(rep.peak[static_cast<std::size_t>(r)], v * p - r)
+              << "rank " << r << ": at most v p - r (chunk, microbatch) stashed";
+        }
+        if (v == 1) {
+          for (int r = 0; r < p; ++r) {
+            std::vector<std::string> got;
+            for (const pp::Op& op : lists[static_cast<std::size_t>(r)]) got.push_back(span_of(op));
+            EXPECT_EQ(join(got), join(expected_order(Schedule::OneFOneB, p, r, m)))
+                << "with one chunk interleaved 1F1B is 1F1B, rank " << r;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_THROW(pp::interleaved_ops(4, 0, 6, 2), std::invalid_argument)
+      << "m = 6 is not a multiple of p = 4";
+  EXPECT_NO_THROW(pp::interleaved_ops(4, 0, 6, 1)) << "one chunk: any m";
+}
+
+TEST(ValuesInterleaved, EqualsSingleProcessForOneTwoThreeChunks) {
+  for (int layers : {7, 12}) {  // 7: uneven chunks
+    const mlp::Config c = tiny_config(layers, 24);
+    const Reference ref = single_process(c, 2);
+    for (int p = 1; p <= 3; ++p) {
+      for (int v = 1; v <= 3; ++v) {
+        if (v * p > layers) continue;
+        for (int m : {p, 2 * p, 4 * p}) {
+          const std::string what = "interleaved: " + config_name(c) + ", p=" + std::to_string(p) +
+                                   ", v=" + std::to_string(v) + ", m=" + std::to_string(m);
+          const PipelineRun run =
+              run_pipeline(c, p, m, Schedule::Interleaved, 2, dist::NetworkModel{}, 1e9, false, v);
+          expect_values(run, c, ref, 0, p, what, false);
+          std::vector<int> all;
+          for (const auto& rec : run.ranks) all.insert(all.end(), rec.layers.begin(), rec.layers.end());
+          std::sort(all.begin(), all.end());
+          std::vector<int> want(static_cast<std::size_t>(layers));
+          for (int l = 0; l < layers; ++l) want[static_cast<std::size_t>(l)] = l;
+          EXPECT_EQ(all, want) << what << ": the chunks hold every layer once";
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST(ValuesInterleaved, MicrobatchesNotAMultipleOfPAreAClearError) {
+  const mlp::Config c = tiny_config(8, 24);
+  const PipelineRun run =
+      run_pipeline(c, 4, 6, Schedule::Interleaved, 1, dist::NetworkModel{}, 1e9, false, 2);
+  ASSERT_FALSE(run.ok) << "m = 6 on p = 4 with 2 chunks must be refused";
+  EXPECT_NE(run.error.find("multiple"), std::string::npos)
+      << "the error must say m must be a multiple of p; got: " << run.error;
+  const PipelineRun one =
+      run_pipeline(c, 4, 6, Schedule::Interleaved, 1, dist::NetworkModel{}, 1e9, false, 1);
+  EXPECT_TRUE(one.ok) << "one chunk per rank takes any m: " << one.error;
+}
+
+TEST(TrafficInterleaved, MessagesToTheNeighbouringChunksRanks) {
+  const mlp::Config c = tiny_config(12, 24);
+  for (int p : {2, 3, 4}) {
+    for (int v : {1, 2, 3}) {
+      const int m = 2 * p, G = v * p;
+      const PipelineRun run =
+          run_pipeline(c, p, m, Schedule::Interleaved, 1, dist::NetworkModel{}, 1e9, false, v);
+      ASSERT_TRUE(run.ok) << run.error;
+      for (int r = 0; r < p; ++r) {
+        SCOPED_TRACE("interleaved: p=" + std::to_string(p) + ", v=" + std::to_string(v) +
+                     ", m=" + std::to_string(m) + ", rank " + std::to_string(r));
+        std::vector<std::uint64_t> msgs(static_cast<std::size_t>(p), 0), bytes(msgs);
+        for (int g = r; g < G; g += p) {  // the tests' own layout: chunk g on rank g mod p
+          const auto [begin, end] = expected_layers(c.n_layers, G, g);
+          if (g + 1 < G) {
+            msgs[static_cast<std::size_t>((g + 1) % p)] += static_cast<std::uint64_t>(m);
+            bytes[static_cast<std::size_t>((g + 1) % p)] +=
+                4ull * 24 * static_cast<std::uint64_t>(c.layer_out(end - 1));
+          }
+          if (g > 0) {
+            msgs[static_cast<std::size_t>((g - 1) % p)] += static_cast<std::uint64_t>(m);
+            bytes[static_cast<std::size_t>((g - 1) % p)] +=
+                4ull * 24 * static_cast<std::uint64_t>(c.layer_in(begin));
+          }
+        }
+        const dist::Stats& st = run.ranks[static_cast<std::size_t>(r)].stats;
+        EXPECT_EQ(st.builtin_collectives, 0u);
+        for (int q = 0; q < p; ++q) {
+          EXPECT_EQ(st.messages_sent_to[static_cast<std::size_t>(q)], msgs[static_cast<std::size_t>(q)])
+              << "messages to rank " << q;
+          EXPECT_EQ(st.bytes_sent_to[static_cast<std::size_t>(q)], bytes[static_cast<std::size_t>(q)])
+              << "bytes to rank " << q;
+        }
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(TimeInterleaved, BubbleIsPMinus1OverVMPlusPMinus1) {
+  const int width = 16, batch = 240;
+  const double flops = 1e9;
+  for (int p = 1; p <= 4; ++p) {
+    for (int v = 1; v <= 3; ++v) {
+      for (int m : {p, 2 * p, 4 * p}) {
+        const mlp::Config c = equal_config(v * p, width, batch);  // one layer per chunk
+        const PipelineRun run =
+            run_pipeline(c, p, m, Schedule::Interleaved, 1, free_network(), flops, false, v);
+        ASSERT_TRUE(run.ok) << run.error;
+        const double t = 2.0 * (static_cast<double>(batch) / m) * width * width / flops;
+        const double want = interleaved_formula_units(p, m, v) * t;
+        const double step = run.ranks[0].step_s;
+        const double bubble = 1 - 3.0 * m * v * t / step;
+        const double want_bubble = static_cast<double>(p - 1) / (v * m + p - 1);
+        EXPECT_NEAR(step, want, 0.002 * want)
+            << "p=" << p << " v=" << v << " m=" << m << ": (m + (p-1)/v)(tf + tb)";
+        EXPECT_NEAR(bubble, want_bubble, std::max(1e-9, 0.01 * want_bubble))
+            << "p=" << p << " v=" << v << " m=" << m << ": bubble (p-1)/(vm+p-1)";
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(TimeBusyNetwork, InterleavedMessagesTimedInOrder) {
+  const int width = 16, batch = 240;
+  const double flops = 1e9;
+  for (double frac : {0.3, 1.2}) {
+    for (int p : {2, 3, 4}) {
+      for (int v : {2, 3}) {
+        const int m = 2 * p;
+        const mlp::Config c = equal_config(v * p, width, batch);
+        const double t = 2.0 * (static_cast<double>(batch) / m) * width * width / flops;
+        dist::NetworkModel net = free_network();
+        net.latency_s = frac * t;
+        const PipelineRun run =
+            run_pipeline(c, p, m, Schedule::Interleaved, 1, net, flops, false, v);
+        ASSERT_TRUE(run.ok) << run.error;
+        const OpsReplay rep = replay_ops(interleaved_lists(p, m, v), t, net.latency_s, v);
+        ASSERT_TRUE(rep.ok) << rep.error;
+        EXPECT_NEAR(run.ranks[0].step_s, rep.step, 0.002 * rep.step)
+            << "p=" << p << " v=" << v << " m=" << m << ", latency " << net.latency_s * 1e6
+            << " us: each message must leave as soon as it is computed";
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(MemoryInterleaved, AtMostVPMinusRChunkStashesPerRank) {
+  const int width = 8, batch = 72;  // equal microbatches for every m used
+  for (int p = 1; p <= 4; ++p) {
+    for (int v = 1; v <= 3; ++v) {
+      for (int m : {p, 3 * p}) {
+        const mlp::Config c = equal_config(v * p, width, batch);
+        const PipelineRun run =
+            run_pipeline(c, p, m, Schedule::Interleaved, 1, free_network(), 1e9, false, v);
+        ASSERT_TRUE(run.ok) << run.error;
+        for (int r = 0; r < p; ++r) {
+          const RankRecord& rec = run.ranks[static_cast<std::size_t>(r)];
+          SCOPED_TRACE("interleaved: p=" + std::to_string(p) + ", v=" + std::to_string(v) +
+                       ", m=" + std::to_string(m) + ", rank " + std::to_string(r));
+          EXPECT_EQ(rec.stash_after, 0);
+          EXPECT_LE(rec.peak_microbatches, std::min(v * p - r, v * m));
+          EXPECT_GE(rec.peak_microbatches, std::min(p - r, m)) << "the pipeline must fill";
+          std::int64_t largest = 0;
+          for (int g = r; g < v * p; g += p) {
+            const auto [b, e] = expected_layers(c.n_layers, v * p, g);
+            largest = std::max(largest, stash_bytes_per_row(c, b, e));
+          }
+          EXPECT_LE(rec.peak_bytes, rec.peak_microbatches * (batch / m) * largest);
+        }
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(OrderInterleaved, SpansFollowTheRanksListInChunkOrder) {
+  const mlp::Config c = tiny_config(12, 24);
+  for (int p : {2, 3}) {
+    for (int v : {2, 3}) {
+      const int m = 2 * p;
+      const PipelineRun run =
+          run_pipeline(c, p, m, Schedule::Interleaved, 1, dist::NetworkModel{}, 1e9, false, v);
+      ASSERT_TRUE(run.ok) << run.error;
+      for (int r = 0; r < p; ++r) {
+        std::vector<std::string> want;
+        for (const pp::Op& op : pp::interleaved_ops(p, r, m, v)) want.push_back(span_of(op));
+        EXPECT_EQ(join(run.ranks[static_cast<std::size_t>(r)].order), join(want))
+            << "p=" << p << " v=" << v << " m=" << m << " rank " << r;
       }
     }
   }
