@@ -1,8 +1,8 @@
 // run_07_pipeline: 05's MLP trained with a pipeline schedule, one stage per simulated rank.
 //
 //   ./distlab run 07_pipeline -- --stages 4 --microbatches 8 --schedule 1f1b
-//   ./distlab run 07_pipeline --solutions -- --schedule gpipe --trace pipe.json
-//   ./distlab run 07_pipeline --solutions -- --sweep [--csv FILE]   bubble and peak stash vs m
+//   ./distlab run 07_pipeline -- --schedule zb --recompute --trace pipe.json
+//   ./distlab run 07_pipeline -- --sweep [--csv FILE]   bubble and peak stash vs m
 //
 // Prints rank 0's training log (05's lines: train_loss from the last stage, test_loss of the
 // gathered model on held-out rows, step time = median wall time of a step on rank 0), then one
@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iterator>
 #include <exception>
@@ -45,15 +46,19 @@ Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& 
   std::mutex mu;
   dist::launch(launch, [&] {
     const int rank = dist::rank();
-    pp::Stage stage(c.model, c.model.seed + 2, rank, dist::world_size(), c.cost);
-    mlp::SGD opt(stage.parameters(), c.model.learning_rate);
+    pp::ActivationMeter rank_meter;
+    std::vector<pp::Stage> stages = pp::make_stages(c, &rank_meter);
+    mlp::SGD opt(pp::all_parameters(stages), c.model.learning_rate);
     const datasets::BatchLoader loader(data.train, c.model.batch_size, c.model.seed + 3);
     pp::Matrix x;
     pp::Labels y;
     loader.load(0, x, y);
     const distlab::Stopwatch sw;
+    const pp::Batch batch{x, y, c.microbatches};
     const pp::StepMeasure m =
-        pp::measured_step(stage, opt, pp::Batch{x, y, c.microbatches}, c.schedule);
+        c.schedule == pp::Schedule::Interleaved
+            ? pp::measured_step_interleaved(stages, rank_meter, opt, batch)
+            : pp::measured_step(stages[0], opt, batch, c.schedule);
     const double wall = sw.elapsed_s();
     const double mine[] = {
         m.busy_s, static_cast<double>(m.peak_microbatches), static_cast<double>(m.peak_bytes),
@@ -78,11 +83,28 @@ Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& 
   return out;
 }
 
+/// "layers [a, b)" of rank r, or its chunks' layers with interleaving.
+std::string rank_layers(const pp::PipelineConfig& c, int p, int r) {
+  if (c.schedule != pp::Schedule::Interleaved) {
+    const pp::Range l = pp::stage_layers(c.model.n_layers, p, r);
+    return "layers [" + std::to_string(l.begin) + ", " + std::to_string(l.end()) + ")";
+  }
+  std::string out = "chunks";
+  for (int g = 0; g < c.chunks * p; ++g) {
+    if (pp::chunk_rank(g, p) != r) continue;
+    const pp::Range l = pp::stage_layers(c.model.n_layers, c.chunks * p, g);
+    out += " " + std::to_string(g) + ": [" + std::to_string(l.begin) + ", " +
+           std::to_string(l.end()) + ")";
+  }
+  return out;
+}
+
 /// Equal stages (every layer width x width) and free communication: the formulas' setting.
 /// With csv_path set, also writes one row per (schedule, m) there.
-void sweep(int stages, int width, int layers_per_stage, double gflops,
+void sweep(int stages, int width, int layers_per_stage, double gflops, bool recompute,
            const std::string& csv_path) {
   pp::PipelineConfig c;
+  c.recompute = recompute;
   c.model.n_layers = stages * layers_per_stage;
   c.model.dim_in = c.model.dim_hidden = c.model.n_classes = width;
   c.model.train_size = 512;
@@ -94,30 +116,52 @@ void sweep(int stages, int width, int layers_per_stage, double gflops,
   launch.world_size = stages;
   launch.network.latency_s = 0;
   launch.network.bandwidth_Bps = 1e30;
+  const pp::Schedule schedules[] = {pp::Schedule::Naive, pp::Schedule::GPipe,
+                                    pp::Schedule::OneFOneB, pp::Schedule::ZeroBubble,
+                                    pp::Schedule::Interleaved};
+  c.chunks = 1;
   std::printf(
-      "bubble fraction and peak stash (microbatches, stage 0) vs m: %d equal stages of %d "
-      "layers %dx%d, batch %d, free communication\n",
-      stages, layers_per_stage, width, width, c.model.batch_size);
-  std::printf("%4s | %-28s | %-28s | %-28s\n", "m", "naive  bubble (formula) peak",
-              "gpipe  bubble (formula) peak", "1f1b   bubble (formula) peak");
+      "bubble fraction (formula) and peak stash in microbatches (stage 0 / the largest stage) vs "
+      "m:\n%d equal stages of %d layers %dx%d, batch %d, free communication%s; interleaved: %d "
+      "chunks of %d layer(s) per rank, peak in (chunk, microbatch) stashes, only m a multiple of "
+      "p\n",
+      stages, layers_per_stage, width, width, c.model.batch_size,
+      c.recompute ? ", recomputation on" : "", layers_per_stage, 1);
+  std::printf("%4s", "");
+  for (pp::Schedule s : schedules) std::printf(" | %-25s", pp::to_string(s));
+  std::printf("\n%4s", "m");
+  for (std::size_t k = 0; k < std::size(schedules); ++k)
+    std::printf(" | %-25s", "bubble (formula) peak");
+  std::printf("\n");
   std::FILE* csv = csv_path.empty() ? nullptr : std::fopen(csv_path.c_str(), "w");
   if (!csv_path.empty() && csv == nullptr) throw std::runtime_error("cannot write " + csv_path);
   if (csv)
     std::fprintf(csv,
-                 "schedule,stages,microbatches,step_s,bubble,bubble_formula,peak_microbatches_"
-                 "stage0,peak_bytes_stage0\n");
+                 "schedule,recompute,stages,microbatches,step_s,bubble,bubble_formula,peak_"
+                 "microbatches_stage0,peak_bytes_stage0,peak_microbatches_max\n");
   for (int m : {1, 2, 4, 8, 16, 32, 64}) {
     c.microbatches = m;
     std::printf("%4d", m);
-    for (pp::Schedule s : {pp::Schedule::Naive, pp::Schedule::GPipe, pp::Schedule::OneFOneB}) {
+    for (pp::Schedule s : schedules) {
       c.schedule = s;
+      c.chunks = s == pp::Schedule::Interleaved ? layers_per_stage : 1;
+      if (s == pp::Schedule::Interleaved && m % stages != 0) {
+        std::printf(" | %-25s", "     -");
+        continue;
+      }
       const Simulated r = simulate(launch, c, data);
-      std::printf(" | %6.4f (%6.4f) %4d        ", r.ranks[0].bubble,
-                  pp::formula_bubble(s, stages, m), r.ranks[0].peak_microbatches);
+      int peak_max = 0;
+      for (const auto& k : r.ranks) peak_max = std::max(peak_max, k.peak_microbatches);
+      const double formula = pp::formula_bubble(s, stages, m, c.recompute, c.chunks);
+      char f[16] = "   n/a";
+      if (!std::isnan(formula)) std::snprintf(f, sizeof f, "%6.4f", formula);
+      std::printf(" | %6.4f (%s) %3d / %-3d", r.ranks[0].bubble, f, r.ranks[0].peak_microbatches,
+                  peak_max);
       if (csv) {
-        std::fprintf(csv, "%s,%d,%d,%.9g,%.6f,%.6f,%d,%lld\n", pp::to_string(s), stages, m,
-                     r.ranks[0].step_s, r.ranks[0].bubble, pp::formula_bubble(s, stages, m),
-                     r.ranks[0].peak_microbatches, static_cast<long long>(r.ranks[0].peak_bytes));
+        std::fprintf(csv, "%s,%d,%d,%d,%.9g,%.6f,%.6f,%d,%lld,%d\n", pp::to_string(s),
+                     c.recompute ? 1 : 0, stages, m, r.ranks[0].step_s, r.ranks[0].bubble,
+                     formula, r.ranks[0].peak_microbatches,
+                     static_cast<long long>(r.ranks[0].peak_bytes), peak_max);
       }
     }
     std::printf("\n");
@@ -139,14 +183,21 @@ int main(int argc, char** argv) {
   bool do_sweep = false;
   std::string csv_path;
   int timeline_columns = 96;
-  CLI::App app{"07_pipeline: the MLP cut into stages, trained with naive, GPipe or 1F1B schedules"};
+  CLI::App app{
+      "07_pipeline: the MLP cut into stages, trained with naive, GPipe, 1F1B or ZB-H1 schedules"};
   auto launch_flags = distlab::add_launch_options(app);
   app.add_option("--stages", stages, "pipeline stages (= ranks; overrides --world-size)")
       ->check(CLI::PositiveNumber);
   app.add_option("--microbatches,-m", c.microbatches, "microbatches per batch")
       ->check(CLI::PositiveNumber);
-  app.add_option("--schedule", schedule, "naive, gpipe or 1f1b")
-      ->check(CLI::IsMember({"naive", "gpipe", "1f1b"}));
+  app.add_option("--schedule", schedule, "naive, gpipe, 1f1b, zb (ZB-H1) or interleaved")
+      ->check(CLI::IsMember({"naive", "gpipe", "1f1b", "zb", "interleaved"}));
+  app.add_option("--chunks,-v", c.chunks,
+                 "with --schedule interleaved: model chunks per rank (virtual stages)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--recompute", c.recompute,
+               "activation recomputation: stash only each stage's input, run the forward again "
+               "in the backward");
   app.add_option("--gflops", gflops, "modelled compute speed per stage (GFLOP/s)")
       ->check(CLI::PositiveNumber);
   app.add_option("--niters", c.model.niters, "training steps")->check(CLI::NonNegativeNumber);
@@ -162,7 +213,7 @@ int main(int argc, char** argv) {
   app.add_option("--columns", timeline_columns, "width of the text timeline")
       ->check(CLI::Range(20, 1000));
   app.add_flag("--sweep", do_sweep,
-               "print bubble and peak stash vs m for the three schedules instead");
+               "print bubble and peak stash vs m for every schedule instead");
   app.add_option("--csv", csv_path, "with --sweep: also write the table to this CSV file");
   CLI11_PARSE(app, argc, argv);
 
@@ -184,7 +235,7 @@ int main(int argc, char** argv) {
             "(--sweep runs on the simulated network of the threads backend, in rank 0's "
             "process)\n");
       }
-      sweep(launch.world_size, 64, 2, gflops, csv_path);
+      sweep(launch.world_size, 64, 2, gflops, c.recompute, csv_path);
       return 0;
     }
     c.validate(launch.world_size);
@@ -193,8 +244,10 @@ int main(int argc, char** argv) {
     launch.trace_path.clear();  // the trace covers the simulated step only
     const datasets::Split data = mlp::make_data(c.model);
     if (lead) {
-      std::printf("%sstages = %d\nmicrobatches = %d\nschedule = %s\n\n",
-                  mlp::describe(c.model).c_str(), p, c.microbatches, pp::to_string(c.schedule));
+      std::printf(
+          "%sstages = %d\nmicrobatches = %d\nschedule = %s\nchunks = %d\nrecompute = %s\n\n",
+          mlp::describe(c.model).c_str(), p, c.microbatches, pp::to_string(c.schedule), c.chunks,
+          c.recompute ? "on" : "off");
     }
     std::fflush(stdout);
     dist::launch(launch, [&] {
@@ -219,11 +272,10 @@ int main(int argc, char** argv) {
           run.wall_s * 1e3);
       for (int r = 0; r < p; ++r) {
         const pp::StepMeasure& m = run.ranks[static_cast<std::size_t>(r)];
-        const pp::Range layers = pp::stage_layers(c.model.n_layers, p, r);
         std::printf(
-            "  stage %d: layers [%d, %d) | peak stash %d microbatches, %.1f KiB | sent %llu "
+            "  stage %d: %s | peak stash %d microbatches, %.1f KiB | sent %llu "
             "messages, %.1f KiB\n",
-            r, layers.begin, layers.end(), m.peak_microbatches,
+            r, rank_layers(c, p, r).c_str(), m.peak_microbatches,
             static_cast<double>(m.peak_bytes) / 1024.0,
             static_cast<unsigned long long>(m.stats.messages_sent),
             static_cast<double>(m.stats.bytes_sent) / 1024.0);
@@ -243,21 +295,29 @@ int main(int argc, char** argv) {
     std::printf("\nsimulated step (%s, p = %d, m = %d, compute at %.0f GFLOP/s per stage):\n",
                 pp::to_string(c.schedule), p,
                 c.schedule == pp::Schedule::Naive ? 1 : c.microbatches, gflops);
-    std::printf(
-        "  step time %.3f ms | bubble fraction %.4f measured, %.4f for equal stages with free "
-        "communication ((p-1)/%s)\n",
-        r0.step_s * 1e3, r0.bubble, pp::formula_bubble(c.schedule, p, c.microbatches),
-        c.schedule == pp::Schedule::Naive ? "p" : "(m+p-1)");
+    const double formula =
+        pp::formula_bubble(c.schedule, p, c.microbatches, c.recompute, c.chunks);
+    if (std::isnan(formula)) {
+      std::printf("  step time %.3f ms | bubble fraction %.4f measured (no formula for %s with "
+                  "recomputation)\n",
+                  r0.step_s * 1e3, r0.bubble, pp::to_string(c.schedule));
+    } else {
+      std::printf(
+          "  step time %.3f ms | bubble fraction %.4f measured, %.4f for equal stages with free "
+          "communication (%s)\n",
+          r0.step_s * 1e3, r0.bubble, formula,
+          pp::formula_bubble_text(c.schedule, p, c.microbatches));
+    }
     std::vector<std::vector<pp::Stage::Span>> spans;
     std::vector<std::vector<pp::ActivationMeter::Sample>> memory;
     for (int r = 0; r < p; ++r) {
       const pp::StepMeasure& m = sim.ranks[static_cast<std::size_t>(r)];
-      const pp::Range layers = pp::stage_layers(c.model.n_layers, p, r);
       std::printf(
-          "  stage %d: layers [%d, %d) | busy %.3f ms (%.1f%%) | peak stash %d microbatches, "
+          "  stage %d: %s | busy %.3f ms (%.1f%%) | peak stash %d %s, "
           "%.1f KiB | sent %llu messages, %.1f KiB\n",
-          r, layers.begin, layers.end(), m.busy_s * 1e3, 100.0 * m.busy_s / r0.step_s,
-          m.peak_microbatches, static_cast<double>(m.peak_bytes) / 1024.0,
+          r, rank_layers(c, p, r).c_str(), m.busy_s * 1e3, 100.0 * m.busy_s / r0.step_s,
+          m.peak_microbatches, c.chunks > 1 ? "(chunk, microbatch) stashes" : "microbatches",
+          static_cast<double>(m.peak_bytes) / 1024.0,
           static_cast<unsigned long long>(m.stats.messages_sent),
           static_cast<double>(m.stats.bytes_sent) / 1024.0);
       spans.push_back(m.spans);
@@ -278,7 +338,9 @@ int main(int argc, char** argv) {
           "formula's\n",
           busy_max / busy_min);
     }
-    std::printf("\ntimeline (F<i>: forward of microbatch i, B<i>: backward, '.': idle):\n%s",
+    std::printf(
+        "\ntimeline (F<i>: forward of microbatch i, B<i>: backward (zb: its input gradient), "
+        "W<i>: weight gradient, R<i>: recomputed forward, '.': idle):\n%s",
                 pp::render_timeline(spans, timeline_columns).c_str());
     if (!trace.empty()) {
       pp::add_memory_counters(trace, memory);

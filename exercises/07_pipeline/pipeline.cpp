@@ -37,7 +37,8 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
   }
   DISTLAB_TODO("run this stage's layers on microbatch x with 05's building blocks, charging the "
                "modelled compute, and keep in the microbatch's stash everything this stage's "
-               "backward will read (README: Task 2)");
+               "backward will read, or only the input with recomputation on (README: Tasks 2 and "
+               "8)");
   return out_;
 }
 
@@ -47,10 +48,32 @@ void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
                                 "gradient of " + std::to_string(out_features()) +
                                 " features, got " + std::to_string(dy.cols()));
   }
-  DISTLAB_TODO("backpropagate dy through this stage's layers from the microbatch's stash, "
-               "charging the modelled compute, ADDING each weight gradient (microbatches "
-               "accumulate), and producing dx except where nobody needs it (README: Task 2)");
+  DISTLAB_TODO("backpropagate dy through this stage's layers from the microbatch's stash "
+               "(recomputed first with recomputation on), charging the modelled compute, ADDING "
+               "each weight gradient (microbatches accumulate), and producing dx except where "
+               "nobody needs it (README: Tasks 2 and 8)");
 }
+
+// =============================================================================================
+// Task 9: the backward split into B (input gradient) and W (weight gradient).
+
+void Stage::backward_input(const Matrix& dy, int microbatch, Matrix& dx) {
+  if (dy.cols() != out_features()) {
+    throw std::invalid_argument("Stage::backward_input: stage " + std::to_string(stage_) +
+                                " expects a gradient of " + std::to_string(out_features()) +
+                                " features, got " + std::to_string(dy.cols()));
+  }
+  DISTLAB_TODO("the input-gradient half of the backward: dx as backward gives it, no weight "
+               "gradient yet, and the microbatch stays stashed with what its W will need (README: "
+               "Task 9)");
+}
+
+void Stage::backward_weight(int microbatch) {
+  DISTLAB_TODO("the weight-gradient half: ADD this microbatch's weight gradients and release its "
+               "stash; only after the microbatch's B (README: Task 9)");
+}
+
+// TODO: the helpers of Tasks 2, 8 and 9, if you wrote some
 
 // =============================================================================================
 // Task 3: the communication helpers.
@@ -130,9 +153,70 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
 }
 
 // =============================================================================================
+// Task 10: ZB-H1 as a list of operations.
+
+std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
+  if (stages < 1 || stage < 0 || stage >= stages || microbatches < 1) {
+    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) + ", stage=" +
+                                std::to_string(stage) + ", microbatches=" +
+                                std::to_string(microbatches) +
+                                "): need stages >= 1, 0 <= stage < stages, microbatches >= 1");
+  }
+  std::vector<Op> ops;
+  DISTLAB_TODO("this stage's F, B and W of every microbatch, in an order that keeps at most p "
+               "microbatches stashed and fills the stage's bubbles with W (README: Task 10)");
+  return ops;
+}
+
+// =============================================================================================
+// Task 11: the executor of a schedule given as data.
+
+void run_ops(std::span<Stage> chunks, const Batch& batch, const std::vector<Op>& ops,
+             StepState& st) {
+  const int ranks = dist::world_size();
+  DISTLAB_TODO("run each operation in order on its chunk: receive its input from the rank of the "
+               "neighbouring chunk, compute, send the result on without waiting for it to be "
+               "taken; every send complete before returning (README: Task 11)");
+}
+
+// =============================================================================================
+// Task 12: which rank holds a chunk.
+
+int chunk_rank(int chunk, int ranks) {
+  if (ranks < 1 || chunk < 0) {
+    throw std::invalid_argument("chunk_rank(chunk=" + std::to_string(chunk) + ", ranks=" +
+                                std::to_string(ranks) + "): need chunk >= 0 and ranks >= 1");
+  }
+  DISTLAB_TODO("the rank of global chunk `chunk` in the interleaved layout (README: Task 12)");
+}
+
+// =============================================================================================
+// Task 13: interleaved 1F1B as a list of operations.
+
+std::vector<Op> interleaved_ops(int ranks, int rank, int microbatches, int chunks) {
+  if (ranks < 1 || rank < 0 || rank >= ranks || microbatches < 1 || chunks < 1) {
+    throw std::invalid_argument("interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" +
+                                std::to_string(rank) + ", microbatches=" +
+                                std::to_string(microbatches) + ", chunks=" +
+                                std::to_string(chunks) +
+                                "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
+                                "chunks >= 1");
+  }
+  std::vector<Op> ops;
+  DISTLAB_TODO("this rank's forwards and backwards over its chunks: warm-up, the steady "
+               "one-forward-one-backward phase across chunks, cool-down; m a multiple of p when "
+               "there are several chunks (README: Task 13)");
+  return ops;
+}
+
+// =============================================================================================
 // Task 7: the training step.
 
 double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
+  if (schedule == Schedule::Interleaved) {
+    throw std::invalid_argument(
+        "train_step: interleaved 1F1B runs on a rank's chunks: use train_step_interleaved");
+  }
   StepState st;
   DISTLAB_TODO("one optimizer step on this stage for the whole batch with the chosen schedule "
                "(README: Tasks, 7)");
@@ -142,6 +226,50 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
 // =============================================================================================
 // Given code.
 
+void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepState& st) {
+  run_ops(std::span<Stage>(&stage, 1), batch, ops, st);
+}
+
+std::vector<Stage> make_rank_chunks(const mlp::Config& config, std::uint64_t seed, int chunks,
+                                    CostModel cost, ActivationMeter* rank_meter) {
+  const int p = dist::world_size(), rank = dist::rank();
+  if (chunks < 1 || chunks * p > config.n_layers) {
+    throw std::invalid_argument("make_rank_chunks: " + std::to_string(chunks) +
+                                " chunks per rank on " + std::to_string(p) + " ranks need " +
+                                std::to_string(chunks * p) + " layers or more, the model has " +
+                                std::to_string(config.n_layers));
+  }
+  std::vector<Stage> out;
+  out.reserve(static_cast<std::size_t>(chunks));
+  for (int g = 0; g < chunks * p; ++g) {
+    if (chunk_rank(g, p) != rank) continue;
+    out.emplace_back(config, seed, g, chunks * p, cost);
+    out.back().set_chunk(static_cast<int>(out.size()) - 1);
+    out.back().set_rank_meter(rank_meter);
+  }
+  if (static_cast<int>(out.size()) != chunks) {
+    throw std::logic_error("make_rank_chunks: rank " + std::to_string(rank) + " got " +
+                           std::to_string(out.size()) + " chunks, expected " +
+                           std::to_string(chunks) + " (check chunk_rank)");
+  }
+  return out;
+}
+
+double train_step_interleaved(std::span<Stage> chunks, mlp::SGD& opt, const Batch& batch) {
+  if (chunks.empty()) throw std::invalid_argument("train_step_interleaved: no chunks");
+  StepState st;
+  for (Stage& c : chunks) c.zero_grad();
+  run_ops(chunks, batch,
+          interleaved_ops(dist::world_size(), dist::rank(), batch.microbatches,
+                          static_cast<int>(chunks.size())),
+          st);
+  opt.step();
+  for (const Stage& c : chunks) {
+    if (c.is_last()) return st.loss;
+  }
+  return 0.0;
+}
+
 const char* to_string(Schedule s) {
   switch (s) {
     case Schedule::Naive:
@@ -150,15 +278,29 @@ const char* to_string(Schedule s) {
       return "gpipe";
     case Schedule::OneFOneB:
       return "1f1b";
+    case Schedule::ZeroBubble:
+      return "zb";
+    case Schedule::Interleaved:
+      return "interleaved";
   }
   return "?";
+}
+
+std::string to_string(const Op& op) {
+  static const char* const names[] = {"F", "BW", "B", "W"};
+  std::string s = names[static_cast<int>(op.kind)] + std::to_string(op.microbatch);
+  if (op.chunk > 0) s += "." + std::to_string(op.chunk);
+  return s;
 }
 
 Schedule schedule_from_string(const std::string& name) {
   if (name == "naive") return Schedule::Naive;
   if (name == "gpipe") return Schedule::GPipe;
   if (name == "1f1b") return Schedule::OneFOneB;
-  throw std::invalid_argument("unknown schedule '" + name + "': use naive, gpipe or 1f1b");
+  if (name == "zb") return Schedule::ZeroBubble;
+  if (name == "interleaved") return Schedule::Interleaved;
+  throw std::invalid_argument("unknown schedule '" + name +
+                              "': use naive, gpipe, 1f1b, zb or interleaved");
 }
 
 Range shard_range(int n, int parts, int index) {
@@ -211,26 +353,44 @@ std::vector<const mlp::Parameter*> Stage::parameters() const {
   return out;
 }
 
+void Stage::charge(char kind, double seconds, int microbatch) {
+  std::string name(1, kind);
+  name += std::to_string(microbatch);
+  if (chunk_ > 0) name += "." + std::to_string(chunk_);
+  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
+  if (dist::in_launch()) dist::sim_compute(seconds, name.c_str());
+  spans_.push_back({name, t0, t0 + seconds});
+  busy_s_ += seconds;
+}
+
 void Stage::charge_forward(std::int64_t rows, int microbatch) {
   double s = 0;
   for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.forward_seconds(config_, l, rows);
-  std::string name(1, 'F');
-  name += std::to_string(microbatch);
-  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
-  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
-  spans_.push_back({name, t0, t0 + s});
-  busy_s_ += s;
+  charge('F', s, microbatch);
 }
 
 void Stage::charge_backward(std::int64_t rows, int microbatch) {
   double s = 0;
   for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
-  std::string name(1, 'B');
-  name += std::to_string(microbatch);
-  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
-  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
-  spans_.push_back({name, t0, t0 + s});
-  busy_s_ += s;
+  charge('B', s, microbatch);
+}
+
+void Stage::charge_backward_input(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
+  charge('B', s / 2, microbatch);
+}
+
+void Stage::charge_backward_weight(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
+  charge('W', s / 2, microbatch);
+}
+
+void Stage::charge_recompute(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.forward_seconds(config_, l, rows);
+  charge('R', s, microbatch);
 }
 
 void Stage::stash_push(int microbatch, Stash stash) {
@@ -240,6 +400,7 @@ void Stage::stash_push(int microbatch, Stash stash) {
                            " already holds the stash of microbatch " + std::to_string(microbatch));
   }
   meter_.add(bytes);
+  if (rank_meter_ != nullptr) rank_meter_->add(bytes);
 }
 
 Stash Stage::stash_pop(int microbatch) {
@@ -252,6 +413,7 @@ Stash Stage::stash_pop(int microbatch) {
   Stash s = std::move(it->second);
   stash_.erase(it);
   meter_.remove(s.bytes());
+  if (rank_meter_ != nullptr) rank_meter_->remove(s.bytes());
   return s;
 }
 

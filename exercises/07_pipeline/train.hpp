@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,7 +18,9 @@ namespace pp {
 struct PipelineConfig {
   mlp::Config model;                       // 05's model and training settings (seed config)
   int microbatches = 8;                    // m: microbatches per batch (naive ignores it)
-  Schedule schedule = Schedule::OneFOneB;  // naive, gpipe or 1f1b
+  Schedule schedule = Schedule::OneFOneB;  // naive, gpipe, 1f1b or zb
+  bool recompute = false;                  // activation recomputation on every stage
+  int chunks = 1;                          // v: chunks per rank (interleaved only)
   CostModel cost;                          // modelled compute speed of every stage
   /// Throws std::invalid_argument saying which field is wrong (for `stages` ranks).
   void validate(int stages) const;
@@ -39,17 +42,40 @@ struct StepMeasure {
 
 /// One train_step between two barriers, measured. A collective: every rank calls it.
 StepMeasure measured_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule);
+/// The same for interleaved 1F1B on a rank's chunks (make_rank_chunks with `meter` as the rank
+/// meter): peak stash from `meter`, spans of every chunk in time order.
+StepMeasure measured_step_interleaved(std::span<Stage> chunks, ActivationMeter& meter,
+                                      mlp::SGD& opt, const Batch& batch);
+/// Every weight of a rank's stages (one stage, or its chunks), in local order.
+std::vector<mlp::Parameter*> all_parameters(std::span<Stage> stages);
 
 /// The closed forms with equal stages and free communication, tf and tb being one stage's
-/// forward and backward of ONE microbatch (naive: of the whole batch, m = 1):
-///   naive  p (tf + tb)                 bubble (p-1)/p
-///   gpipe, 1f1b  (m + p - 1)(tf + tb)  bubble (p-1)/(m+p-1)
-double formula_step_seconds(Schedule s, int stages, int microbatches, double tf, double tb);
-double formula_bubble(Schedule s, int stages, int microbatches);
+/// forward and backward of ONE microbatch (naive: of the whole batch, m = 1); the kit's cost
+/// model has tb = 2 tf, and ZB-H1's B and W take tf each:
+///   naive        p (tf + tb)                             bubble (p-1)/p
+///   gpipe, 1f1b  (m + p - 1)(tf + tb)                    bubble (p-1)/(m+p-1)
+///   zb           (2m + p - 1 + max(m, p)) tf             bubble 1 - 3m/(2m + p - 1 + max(m, p)),
+///                                                        = (p-1)/(3m+p-1) when m >= p
+///   interleaved  (m + (p-1)/v)(tf + tb)                  bubble (p-1)/(vm+p-1)
+///                (v chunks per rank, tf and tb a rank's: v chunks' together; m a multiple of p)
+/// With recomputation every backward also runs a forward: naive, gpipe and 1f1b take
+/// (m + p - 1)(2 tf + tb) (the same bubble fractions); zb with recomputation has no formula here
+/// (NaN).
+double formula_step_seconds(Schedule s, int stages, int microbatches, double tf, double tb,
+                            bool recompute = false, int chunks = 1);
+double formula_bubble(Schedule s, int stages, int microbatches, bool recompute = false,
+                      int chunks = 1);
+/// The formula as text, for the program's output: "(p-1)/(m+p-1)", ...
+const char* formula_bubble_text(Schedule s, int stages, int microbatches);
 
-/// Copies every stage's weights into `model` on rank 0 (a model of the same config), with
-/// point-to-point sends from each rank to rank 0. A collective: every rank calls it.
-void gather_weights(const Stage& stage, mlp::MLP* model_on_rank0);
+/// Copies every rank's weights (its stage, or its chunks) into `model` on rank 0 (a model of the
+/// same config), with point-to-point sends from each rank to rank 0. A collective: every rank
+/// calls it.
+void gather_weights(std::span<const Stage> stages, mlp::MLP* model_on_rank0);
+
+/// This rank's stages for config: one Stage (stage = rank), or its chunks for interleaved
+/// (make_rank_chunks, counted in `rank_meter`); recomputation set as configured.
+std::vector<Stage> make_stages(const PipelineConfig& config, ActivationMeter* rank_meter);
 
 /// Trains config.model.niters steps on every rank (inside dist::launch): stage = rank, the
 /// batches of 05's train() (BatchLoader seed + 3, initial model seed + 2), one train_step each.

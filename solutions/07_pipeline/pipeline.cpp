@@ -39,25 +39,16 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
   }
   // BEGIN SOLUTION: run this stage's layers on microbatch x with 05's building blocks, charging the
   //   modelled compute, and keep in the microbatch's stash everything this stage's backward will
-  //   read (README: Task 2)
+  //   read, or only the input with recomputation on (README: Tasks 2 and 8)
   charge_forward(x.rows(), microbatch);
-  const int n = layers_.size;
   Stash s;
   s.input = x;
-  s.z.resize(static_cast<std::size_t>(n));
-  s.h.resize(static_cast<std::size_t>(n));
-  const Matrix* h = &s.input;
-  for (int k = 0; k < n; ++k) {
-    const auto i = static_cast<std::size_t>(k);
-    mlp::linear_forward(*h, weights_[i].value, s.z[i]);
-    if (layers_.begin + k + 1 < config_.n_layers) {  // every layer but the model's last
-      mlp::activation_forward(config_.activation, s.z[i], s.h[i]);
-      h = &s.h[i];
-    } else {
-      h = &s.z[i];
-    }
+  run_layers(s);
+  out_ = layers_.end() < config_.n_layers ? s.h.back() : s.z.back();
+  if (recompute_) {  // the backward runs the layers again from the input
+    s.z.clear();
+    s.h.clear();
   }
-  out_ = *h;
   stash_push(microbatch, std::move(s));
   // END SOLUTION
   return out_;
@@ -69,31 +60,106 @@ void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
                                 "gradient of " + std::to_string(out_features()) +
                                 " features, got " + std::to_string(dy.cols()));
   }
-  // BEGIN SOLUTION: backpropagate dy through this stage's layers from the microbatch's stash,
-  //   charging the modelled compute, ADDING each weight gradient (microbatches accumulate), and
-  //   producing dx except where nobody needs it (README: Task 2)
+  // BEGIN SOLUTION: backpropagate dy through this stage's layers from the microbatch's stash
+  //   (recomputed first with recomputation on), charging the modelled compute, ADDING each weight
+  //   gradient (microbatches accumulate), and producing dx except where nobody needs it (README:
+  //   Tasks 2 and 8)
+  Stash s = stash_pop(microbatch);
+  if (recompute_) {
+    charge_recompute(dy.rows(), microbatch);
+    run_layers(s);
+  }
   charge_backward(dy.rows(), microbatch);
+  input_gradients(s, dy, dx);
+  weight_gradients(s);
+  // END SOLUTION
+}
+
+// =============================================================================================
+// Task 9: the backward split into B (input gradient) and W (weight gradient).
+
+void Stage::backward_input(const Matrix& dy, int microbatch, Matrix& dx) {
+  if (dy.cols() != out_features()) {
+    throw std::invalid_argument("Stage::backward_input: stage " + std::to_string(stage_) +
+                                " expects a gradient of " + std::to_string(out_features()) +
+                                " features, got " + std::to_string(dy.cols()));
+  }
+  // BEGIN SOLUTION: the input-gradient half of the backward: dx as backward gives it, no weight
+  //   gradient yet, and the microbatch stays stashed with what its W will need (README: Task 9)
+  Stash s = stash_pop(microbatch);
+  if (recompute_) {
+    charge_recompute(dy.rows(), microbatch);
+    run_layers(s);
+  }
+  charge_backward_input(dy.rows(), microbatch);
+  input_gradients(s, dy, dx);
+  pending_w_.insert(microbatch);
+  stash_push(microbatch, std::move(s));
+  // END SOLUTION
+}
+
+void Stage::backward_weight(int microbatch) {
+  // BEGIN SOLUTION: the weight-gradient half: ADD this microbatch's weight gradients and release
+  //   its stash; only after the microbatch's B (README: Task 9)
+  if (pending_w_.erase(microbatch) == 0) {
+    throw std::logic_error("Stage::backward_weight: stage " + std::to_string(stage_) +
+                           " has no B done for microbatch " + std::to_string(microbatch) +
+                           " (W before its B?)");
+  }
   const Stash s = stash_pop(microbatch);
+  charge_backward_weight(s.input.rows(), microbatch);
+  weight_gradients(s);
+  // END SOLUTION
+}
+
+// BEGIN SOLUTION DECL: the helpers of Tasks 2, 8 and 9, if you wrote some
+// Fills s.z and s.h from s.input: this stage's layers, as 05's forward runs them.
+void Stage::run_layers(Stash& s) const {
+  const int n = layers_.size;
+  s.z.assign(static_cast<std::size_t>(n), Matrix());
+  s.h.assign(static_cast<std::size_t>(n), Matrix());
+  const Matrix* h = &s.input;
+  for (int k = 0; k < n; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    mlp::linear_forward(*h, weights_[i].value, s.z[i]);
+    if (layers_.begin + k + 1 < config_.n_layers) {  // every layer but the model's last
+      mlp::activation_forward(config_.activation, s.z[i], s.h[i]);
+      h = &s.h[i];
+    }
+  }
+}
+
+// Backpropagates dy through the layers; leaves d loss / d z of every layer in s.z (what the weight
+// gradients need, the same bytes) and writes dx unless this is the first stage.
+void Stage::input_gradients(Stash& s, const Matrix& dy, Matrix& dx) {
   const Matrix* dh = &dy;  // d loss / d (output of layer k)
   for (int k = layers_.size - 1; k >= 0; --k) {
     const auto i = static_cast<std::size_t>(k);
-    const Matrix* dz = dh;
     if (layers_.begin + k + 1 < config_.n_layers) {
       mlp::activation_backward(config_.activation, s.z[i], s.h[i], *dh, dz_);
-      dz = &dz_;
+      s.z[i] = dz_;
+    } else {
+      s.z[i] = *dh;
     }
-    const Matrix& in = k == 0 ? s.input : s.h[i - 1];
-    mlp::linear_backward_weight(in, *dz, grad_scratch_);
-    weights_[i].grad += grad_scratch_;
     if (k > 0) {
-      mlp::linear_backward_input(weights_[i].value, *dz, dh_);
+      mlp::linear_backward_input(weights_[i].value, s.z[i], dh_);
       dh = &dh_;
     } else if (!is_first()) {
-      mlp::linear_backward_input(weights_[i].value, *dz, dx);
+      mlp::linear_backward_input(weights_[i].value, s.z[i], dx);
     }
   }
-  // END SOLUTION
 }
+
+// ADDS every layer's weight gradient, from a stash whose z holds d loss / d z.
+void Stage::weight_gradients(const Stash& s) {
+  for (int k = 0; k < layers_.size; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    const Matrix& in = k == 0 ? s.input : s.h[i - 1];
+    mlp::linear_backward_weight(in, s.z[i], grad_scratch_);
+    weights_[i].grad += grad_scratch_;
+  }
+}
+// END SOLUTION
 
 // =============================================================================================
 // Task 3: the communication helpers.
@@ -272,9 +338,155 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
 }
 
 // =============================================================================================
+// Task 10: ZB-H1 as a list of operations.
+
+std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
+  if (stages < 1 || stage < 0 || stage >= stages || microbatches < 1) {
+    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) + ", stage=" +
+                                std::to_string(stage) + ", microbatches=" +
+                                std::to_string(microbatches) +
+                                "): need stages >= 1, 0 <= stage < stages, microbatches >= 1");
+  }
+  std::vector<Op> ops;
+  // BEGIN SOLUTION: this stage's F, B and W of every microbatch, in an order that keeps at most p
+  //   microbatches stashed and fills the stage's bubbles with W (README: Task 10)
+  const int m = microbatches;
+  const int warmup = std::min(stages - stage - 1, m);
+  const int lag = stage;  // W of microbatch i runs after B of microbatch i + lag
+  int f = 0, w = 0;
+  for (; f < warmup; ++f) ops.push_back({OpKind::F, f});
+  for (int b = 0; b < m; ++b) {
+    if (f < m) ops.push_back({OpKind::F, f++});
+    ops.push_back({OpKind::B, b});
+    if (b - w >= lag) ops.push_back({OpKind::W, w++});
+  }
+  for (; w < m; ++w) ops.push_back({OpKind::W, w});
+  // END SOLUTION
+  return ops;
+}
+
+// =============================================================================================
+// Task 11: the executor of a schedule given as data.
+
+void run_ops(std::span<Stage> chunks, const Batch& batch, const std::vector<Op>& ops,
+             StepState& st) {
+  const int ranks = dist::world_size();
+  // BEGIN SOLUTION: run each operation in order on its chunk: receive its input from the rank of
+  //   the neighbouring chunk, compute, send the result on without waiting for it to be taken;
+  //   every send complete before returning (README: Task 11)
+  auto post = [&](const Matrix& m, int dst, int tag) {
+    st.outbox.push_back(m);  // the send's buffer must live until the send completes
+    st.sends.push_back(dist::isend(dist::as_span(st.outbox.back()), dst, tag));
+  };
+  for (const Op& op : ops) {
+    Stage& stage = chunks[static_cast<std::size_t>(op.chunk)];
+    const int g = stage.stage();
+    const int i = op.microbatch;
+    const int rows = batch.microbatch_rows(i).size;
+    switch (op.kind) {
+      case OpKind::F: {
+        if (!stage.is_first()) {
+          st.x.resize(rows, stage.in_features());
+          dist::recv(dist::as_span(st.x), chunk_rank(g - 1, ranks), kForwardTag);
+        }
+        const Matrix& y = forward_step(stage, batch, i, st);
+        if (!stage.is_last()) post(y, chunk_rank(g + 1, ranks), kForwardTag);
+        break;
+      }
+      case OpKind::BW:
+      case OpKind::B: {
+        if (!stage.is_last()) {
+          st.dy.resize(rows, stage.out_features());
+          dist::recv(dist::as_span(st.dy), chunk_rank(g + 1, ranks), kBackwardTag);
+        }
+        if (op.kind == OpKind::BW) {
+          backward_step(stage, batch, i, st);
+        } else if (stage.is_last()) {
+          if (st.dlogits.empty()) throw std::logic_error("run_ops: no forwarded microbatch left");
+          const Matrix dlogits = std::move(st.dlogits.front());
+          st.dlogits.pop_front();
+          stage.backward_input(dlogits, i, st.dx);
+        } else {
+          stage.backward_input(st.dy, i, st.dx);
+        }
+        if (!stage.is_first()) post(st.dx, chunk_rank(g - 1, ranks), kBackwardTag);
+        break;
+      }
+      case OpKind::W:
+        stage.backward_weight(i);
+        break;
+    }
+  }
+  dist::wait_all(st.sends);
+  st.sends.clear();
+  st.outbox.clear();
+  // END SOLUTION
+}
+
+// =============================================================================================
+// Task 12: which rank holds a chunk.
+
+int chunk_rank(int chunk, int ranks) {
+  if (ranks < 1 || chunk < 0) {
+    throw std::invalid_argument("chunk_rank(chunk=" + std::to_string(chunk) + ", ranks=" +
+                                std::to_string(ranks) + "): need chunk >= 0 and ranks >= 1");
+  }
+  // BEGIN SOLUTION: the rank of global chunk `chunk` in the interleaved layout (README: Task 12)
+  return chunk % ranks;
+  // END SOLUTION
+}
+
+// =============================================================================================
+// Task 13: interleaved 1F1B as a list of operations.
+
+std::vector<Op> interleaved_ops(int ranks, int rank, int microbatches, int chunks) {
+  if (ranks < 1 || rank < 0 || rank >= ranks || microbatches < 1 || chunks < 1) {
+    throw std::invalid_argument("interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" +
+                                std::to_string(rank) + ", microbatches=" +
+                                std::to_string(microbatches) + ", chunks=" +
+                                std::to_string(chunks) +
+                                "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
+                                "chunks >= 1");
+  }
+  std::vector<Op> ops;
+  // BEGIN SOLUTION: this rank's forwards and backwards over its chunks: warm-up, the steady
+  //   one-forward-one-backward phase across chunks, cool-down; m a multiple of p when there are
+  //   several chunks (README: Task 13)
+  const int p = ranks, v = chunks, m = microbatches;
+  if (v > 1 && m % p != 0) {
+    throw std::invalid_argument("interleaved_ops: with " + std::to_string(v) +
+                                " chunks per rank the microbatches (" + std::to_string(m) +
+                                ") must be a multiple of the ranks (" + std::to_string(p) +
+                                "): choose m = k * " + std::to_string(p));
+  }
+  const int total = m * v;
+  // The k-th forward (backward) of the rank: groups of p microbatches go through chunk 0, 1, ...
+  // (backwards: v-1, v-2, ...) before the next group starts.
+  auto nth = [&](OpKind kind, int k) {
+    const int group = k / (p * v), in_group = k % (p * v);
+    const int c = in_group / p;
+    return Op{kind, group * p + in_group % p, kind == OpKind::F ? c : v - 1 - c};
+  };
+  const int warmup = std::min((p - rank - 1) + (v - 1) * p, total);
+  int f = 0, b = 0;
+  for (; f < warmup; ++f) ops.push_back(nth(OpKind::F, f));
+  for (; f < total; ++f, ++b) {
+    ops.push_back(nth(OpKind::F, f));
+    ops.push_back(nth(OpKind::BW, b));
+  }
+  for (; b < total; ++b) ops.push_back(nth(OpKind::BW, b));
+  // END SOLUTION
+  return ops;
+}
+
+// =============================================================================================
 // Task 7: the training step.
 
 double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule schedule) {
+  if (schedule == Schedule::Interleaved) {
+    throw std::invalid_argument(
+        "train_step: interleaved 1F1B runs on a rank's chunks: use train_step_interleaved");
+  }
   StepState st;
   // BEGIN SOLUTION: one optimizer step on this stage for the whole batch with the chosen schedule
   //   (README: Tasks, 7)
@@ -289,6 +501,11 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
     case Schedule::OneFOneB:
       run_1f1b(stage, batch, st);
       break;
+    case Schedule::ZeroBubble:
+      run_ops(stage, batch, zb_h1_ops(stage.stages(), stage.stage(), batch.microbatches), st);
+      break;
+    case Schedule::Interleaved:  // train_step_interleaved
+      break;
   }
   opt.step();
   // END SOLUTION
@@ -298,6 +515,50 @@ double train_step(Stage& stage, mlp::SGD& opt, const Batch& batch, Schedule sche
 // =============================================================================================
 // Given code.
 
+void run_ops(Stage& stage, const Batch& batch, const std::vector<Op>& ops, StepState& st) {
+  run_ops(std::span<Stage>(&stage, 1), batch, ops, st);
+}
+
+std::vector<Stage> make_rank_chunks(const mlp::Config& config, std::uint64_t seed, int chunks,
+                                    CostModel cost, ActivationMeter* rank_meter) {
+  const int p = dist::world_size(), rank = dist::rank();
+  if (chunks < 1 || chunks * p > config.n_layers) {
+    throw std::invalid_argument("make_rank_chunks: " + std::to_string(chunks) +
+                                " chunks per rank on " + std::to_string(p) + " ranks need " +
+                                std::to_string(chunks * p) + " layers or more, the model has " +
+                                std::to_string(config.n_layers));
+  }
+  std::vector<Stage> out;
+  out.reserve(static_cast<std::size_t>(chunks));
+  for (int g = 0; g < chunks * p; ++g) {
+    if (chunk_rank(g, p) != rank) continue;
+    out.emplace_back(config, seed, g, chunks * p, cost);
+    out.back().set_chunk(static_cast<int>(out.size()) - 1);
+    out.back().set_rank_meter(rank_meter);
+  }
+  if (static_cast<int>(out.size()) != chunks) {
+    throw std::logic_error("make_rank_chunks: rank " + std::to_string(rank) + " got " +
+                           std::to_string(out.size()) + " chunks, expected " +
+                           std::to_string(chunks) + " (check chunk_rank)");
+  }
+  return out;
+}
+
+double train_step_interleaved(std::span<Stage> chunks, mlp::SGD& opt, const Batch& batch) {
+  if (chunks.empty()) throw std::invalid_argument("train_step_interleaved: no chunks");
+  StepState st;
+  for (Stage& c : chunks) c.zero_grad();
+  run_ops(chunks, batch,
+          interleaved_ops(dist::world_size(), dist::rank(), batch.microbatches,
+                          static_cast<int>(chunks.size())),
+          st);
+  opt.step();
+  for (const Stage& c : chunks) {
+    if (c.is_last()) return st.loss;
+  }
+  return 0.0;
+}
+
 const char* to_string(Schedule s) {
   switch (s) {
     case Schedule::Naive:
@@ -306,15 +567,29 @@ const char* to_string(Schedule s) {
       return "gpipe";
     case Schedule::OneFOneB:
       return "1f1b";
+    case Schedule::ZeroBubble:
+      return "zb";
+    case Schedule::Interleaved:
+      return "interleaved";
   }
   return "?";
+}
+
+std::string to_string(const Op& op) {
+  static const char* const names[] = {"F", "BW", "B", "W"};
+  std::string s = names[static_cast<int>(op.kind)] + std::to_string(op.microbatch);
+  if (op.chunk > 0) s += "." + std::to_string(op.chunk);
+  return s;
 }
 
 Schedule schedule_from_string(const std::string& name) {
   if (name == "naive") return Schedule::Naive;
   if (name == "gpipe") return Schedule::GPipe;
   if (name == "1f1b") return Schedule::OneFOneB;
-  throw std::invalid_argument("unknown schedule '" + name + "': use naive, gpipe or 1f1b");
+  if (name == "zb") return Schedule::ZeroBubble;
+  if (name == "interleaved") return Schedule::Interleaved;
+  throw std::invalid_argument("unknown schedule '" + name +
+                              "': use naive, gpipe, 1f1b, zb or interleaved");
 }
 
 Range shard_range(int n, int parts, int index) {
@@ -367,26 +642,44 @@ std::vector<const mlp::Parameter*> Stage::parameters() const {
   return out;
 }
 
+void Stage::charge(char kind, double seconds, int microbatch) {
+  std::string name(1, kind);
+  name += std::to_string(microbatch);
+  if (chunk_ > 0) name += "." + std::to_string(chunk_);
+  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
+  if (dist::in_launch()) dist::sim_compute(seconds, name.c_str());
+  spans_.push_back({name, t0, t0 + seconds});
+  busy_s_ += seconds;
+}
+
 void Stage::charge_forward(std::int64_t rows, int microbatch) {
   double s = 0;
   for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.forward_seconds(config_, l, rows);
-  std::string name(1, 'F');
-  name += std::to_string(microbatch);
-  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
-  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
-  spans_.push_back({name, t0, t0 + s});
-  busy_s_ += s;
+  charge('F', s, microbatch);
 }
 
 void Stage::charge_backward(std::int64_t rows, int microbatch) {
   double s = 0;
   for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
-  std::string name(1, 'B');
-  name += std::to_string(microbatch);
-  const double t0 = dist::in_launch() ? dist::sim_time() : 0.0;
-  if (dist::in_launch()) dist::sim_compute(s, name.c_str());
-  spans_.push_back({name, t0, t0 + s});
-  busy_s_ += s;
+  charge('B', s, microbatch);
+}
+
+void Stage::charge_backward_input(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
+  charge('B', s / 2, microbatch);
+}
+
+void Stage::charge_backward_weight(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.backward_seconds(config_, l, rows);
+  charge('W', s / 2, microbatch);
+}
+
+void Stage::charge_recompute(std::int64_t rows, int microbatch) {
+  double s = 0;
+  for (int l = layers_.begin; l < layers_.end(); ++l) s += cost_.forward_seconds(config_, l, rows);
+  charge('R', s, microbatch);
 }
 
 void Stage::stash_push(int microbatch, Stash stash) {
@@ -396,6 +689,7 @@ void Stage::stash_push(int microbatch, Stash stash) {
                            " already holds the stash of microbatch " + std::to_string(microbatch));
   }
   meter_.add(bytes);
+  if (rank_meter_ != nullptr) rank_meter_->add(bytes);
 }
 
 Stash Stage::stash_pop(int microbatch) {
@@ -408,6 +702,7 @@ Stash Stage::stash_pop(int microbatch) {
   Stash s = std::move(it->second);
   stash_.erase(it);
   meter_.remove(s.bytes());
+  if (rank_meter_ != nullptr) rank_meter_->remove(s.bytes());
   return s;
 }
 

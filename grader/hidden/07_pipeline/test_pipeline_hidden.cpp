@@ -1,7 +1,11 @@
 // 07_pipeline hidden tests: the public checks at other stage counts, microbatch counts and layer
 // counts; ReLU; microbatches of unequal sizes (a batch of 15 rows in 4 microbatches: 4, 4, 4, 3
-// rows, each loss gradient weighted by its rows / 15); three steps in a row.
+// rows, each loss gradient weighted by its rows / 15); three steps in a row. ZB-H1 and
+// recomputation at p = 5..7, on a network with latency, and the peak stash with unequal
+// microbatches (the largest microbatches are the ones in flight at the peak).
 #include <gtest/gtest.h>
+
+#include <tuple>
 
 #include "pipeline_harness.hpp"
 
@@ -134,5 +138,118 @@ void memory(Schedule s) {
 
 TEST(HiddenMemory, GPipe) { memory(Schedule::GPipe); }
 TEST(HiddenMemory, OneFOneB) { memory(Schedule::OneFOneB); }
+
+// ---- ZB-H1 and recomputation at other sizes; microbatches of unequal sizes ------------------------
+
+TEST(HiddenZB, ValuesUnevenMicrobatches) {
+  for (const auto& [layers, batch, p] : {std::tuple{7, 15, 5}, std::tuple{6, 12, 6}}) {
+    const mlp::Config c = tiny_config(layers, batch, mlp::Activation::ReLU);
+    const Reference ref = single_process(c, 3);
+    for (int m : {4, 7, 12}) {
+      if (m > batch) continue;
+      const PipelineRun run = run_pipeline(c, p, m, Schedule::ZeroBubble, 3);
+      expect_values(run, c, ref, 0, p,
+                    "zb: " + config_name(c) + ", p=" + std::to_string(p) +
+                        ", m=" + std::to_string(m));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(HiddenZB, TimeAndBusyNetwork) {
+  const int width = 8, lps = 2, batch = 120;
+  const double flops = 2e9;
+  for (int p : {5, 6}) {
+    for (int m : {3, 5, 10, 12}) {
+      for (double frac : {0.0, 0.7}) {
+        const mlp::Config c = equal_config(p * lps, width, batch);
+        const double tf = lps * 2.0 * (static_cast<double>(batch) / m) * width * width / flops;
+        dist::NetworkModel net = free_network();
+        net.latency_s = frac * tf;
+        const PipelineRun run = run_pipeline(c, p, m, Schedule::ZeroBubble, 2, net, flops);
+        ASSERT_TRUE(run.ok) << run.error;
+        const OpsReplay rep = replay_ops(zb_lists(p, m), tf, net.latency_s);
+        ASSERT_TRUE(rep.ok) << rep.error;
+        const double want = frac == 0 ? zb_formula_units(p, m) * tf : rep.step;
+        EXPECT_NEAR(run.ranks[0].step_s, want, 0.002 * want)
+            << "zb: p=" << p << ", m=" << m << ", latency " << net.latency_s * 1e6 << " us";
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+/// Rows of the first k microbatches of a batch of B rows cut into m.
+int first_rows(int batch, int m, int k) {
+  int rows = 0;
+  for (int i = 0; i < k; ++i) rows += pp::shard_range(batch, m, i).size;
+  return rows;
+}
+
+TEST(HiddenZB, MemoryUnequalMicrobatches) {
+  const mlp::Config c = tiny_config(7, 15);
+  for (int p : {5, 6, 7}) {
+    for (int m : {2, 4, 7, 10}) {
+      const PipelineRun run = run_pipeline(c, p, m, Schedule::ZeroBubble, 2);
+      ASSERT_TRUE(run.ok) << run.error;
+      for (int r = 0; r < p; ++r) {
+        SCOPED_TRACE("zb: p=" + std::to_string(p) + ", m=" + std::to_string(m) + ", stage " +
+                     std::to_string(r));
+        const RankRecord& rec = run.ranks[static_cast<std::size_t>(r)];
+        const auto [begin, end] = expected_layers(c.n_layers, p, r);
+        EXPECT_EQ(rec.stash_after, 0);
+        EXPECT_LE(rec.peak_microbatches, std::min(p, m));
+        EXPECT_LE(rec.peak_bytes, first_rows(15, m, std::min(p, m)) *
+                                      stash_bytes_per_row(c, begin, end));
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+TEST(HiddenRecompute, ValuesUnevenMicrobatches) {
+  const mlp::Config c = tiny_config(7, 15, mlp::Activation::Tanh);
+  const Reference ref = single_process(c, 3);
+  for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZeroBubble}) {
+    for (int p : {3, 5}) {
+      for (int m : {4, 7}) {
+        const PipelineRun run = run_pipeline(c, p, m, s, 3, dist::NetworkModel{}, 1e9, true);
+        expect_values(run, c, ref, 0, p,
+                      std::string(pp::to_string(s)) + " with recomputation, p=" +
+                          std::to_string(p) + ", m=" + std::to_string(m));
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(HiddenRecompute, MemoryUnequalMicrobatches) {
+  // 15 rows in 4 microbatches: 4, 4, 4, 3. The peak holds the largest microbatches in flight.
+  const mlp::Config c = tiny_config(7, 15);
+  for (bool recompute : {false, true}) {
+    for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB}) {
+      for (int p : {3, 5}) {
+        for (int m : {2, 4, 7}) {
+          const PipelineRun run = run_pipeline(c, p, m, s, 2, dist::NetworkModel{}, 1e9, recompute);
+          ASSERT_TRUE(run.ok) << run.error;
+          for (int r = 0; r < p; ++r) {
+            SCOPED_TRACE(std::string(pp::to_string(s)) + (recompute ? " recompute" : "") +
+                         ": p=" + std::to_string(p) + ", m=" + std::to_string(m) + ", stage " +
+                         std::to_string(r));
+            const RankRecord& rec = run.ranks[static_cast<std::size_t>(r)];
+            const auto [begin, end] = expected_layers(c.n_layers, p, r);
+            const int k = s == Schedule::GPipe ? m : std::min(p - r, m);
+            const std::int64_t per_row = recompute ? input_bytes_per_row(c, begin)
+                                                   : stash_bytes_per_row(c, begin, end);
+            EXPECT_EQ(rec.peak_microbatches, k);
+            EXPECT_EQ(rec.peak_bytes, first_rows(15, m, k) * per_row);
+            EXPECT_EQ(rec.stash_after, 0);
+          }
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    }
+  }
+}
 
 }  // namespace

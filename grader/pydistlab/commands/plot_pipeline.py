@@ -2,8 +2,10 @@
 
     python3 plot_pipeline.py PIPELINE.csv OUT.png
 
-PIPELINE.csv is what `run_07_pipeline --sweep --csv FILE` writes (columns schedule, stages,
-microbatches, bubble, bubble_formula, peak_microbatches_stage0, peak_bytes_stage0).
+PIPELINE.csv is what `run_07_pipeline --sweep --csv FILE` writes (columns schedule, recompute,
+stages, microbatches, step_s, bubble, bubble_formula, peak_microbatches_stage0, peak_bytes_stage0,
+peak_microbatches_max; schedules naive, gpipe, 1f1b, zb and interleaved, the last only where m is a
+multiple of p).
 `./distlab bench pipeline --plot OUT.png` runs this file as a program, with an interpreter that has
 matplotlib (deps.matplotlib_python()), so the rest of the grader never imports matplotlib.
 """
@@ -36,7 +38,7 @@ def main(argv: list[str]) -> int:
 
     p, by = read_points(argv[1])
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-    marks = {"naive": "s", "gpipe": "o", "1f1b": "x"}
+    marks = {"naive": "s", "gpipe": "o", "1f1b": "x", "zb": "^", "interleaved": "d"}
     for name, pts in sorted(by.items()):
         pts.sort()
         ms = [q[0] for q in pts]
@@ -47,7 +49,7 @@ def main(argv: list[str]) -> int:
     a1.set_xscale("log", base=2)
     a1.set_xlabel("microbatches m")
     a1.set_ylabel("bubble fraction")
-    a1.set_title(f"bubble, {p} equal stages: (p-1)/p and (p-1)/(m+p-1)")
+    a1.set_title(f"bubble, {p} equal stages (lines: the formulas)")
     a1.grid(True, alpha=0.3)
     a1.legend(fontsize=7)
     a2.set_xscale("log", base=2)

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -109,6 +111,7 @@ inline Reference single_process(const mlp::Config& c, int steps) {
 /// What one rank saw.
 struct RankRecord {
   int begin = 0, end = 0;                         // the stage's layers
+  std::vector<int> layers;                        // the global layer of each weight (any schedule)
   std::vector<double> losses;                     // train_step's return, per step
   std::vector<std::vector<mlp::Matrix>> weights;  // [step][k]: the stage's weights after each step
   dist::Stats stats;                              // traffic of the LAST step
@@ -117,6 +120,7 @@ struct RankRecord {
   std::int64_t peak_bytes = 0;
   int stash_after = -1;            // microbatches stashed after the last step
   std::vector<std::string> order;  // F<i>/B<i> span names of the last step
+  std::vector<pp::Stage::Span> spans;  // the last step's spans, seconds since its start
 };
 
 struct PipelineRun {
@@ -135,7 +139,8 @@ inline dist::NetworkModel free_network() {
 /// Trains `steps` steps with p stages; every step is measured between barriers.
 inline PipelineRun run_pipeline(const mlp::Config& c, int p, int m, pp::Schedule schedule,
                                 int steps, const dist::NetworkModel& network = dist::NetworkModel{},
-                                double flops_per_s = 1e9) {
+                                double flops_per_s = 1e9, bool recompute = false,
+                                int chunks = 1) {
   const auto& data = data_for(c);
   PipelineRun run;
   run.ranks.resize(static_cast<std::size_t>(p));
@@ -147,33 +152,58 @@ inline PipelineRun run_pipeline(const mlp::Config& c, int p, int m, pp::Schedule
       const int rank = dist::rank();
       pp::CostModel cost;
       cost.flops_per_s = flops_per_s;
-      pp::Stage stage(c, c.seed + 2, rank, dist::world_size(), cost);
-      mlp::SGD opt(stage.parameters(), c.learning_rate);
+      const bool interleaved = schedule == pp::Schedule::Interleaved;
+      pp::ActivationMeter rank_meter;
+      std::vector<pp::Stage> stages;
+      if (interleaved) {
+        stages = pp::make_rank_chunks(c, c.seed + 2, chunks, cost, &rank_meter);
+      } else {
+        stages.emplace_back(c, c.seed + 2, rank, dist::world_size(), cost);
+      }
+      std::vector<mlp::Parameter*> params;
+      RankRecord rec;
+      for (pp::Stage& st : stages) {
+        st.set_recompute(recompute);
+        for (mlp::Parameter* prm : st.parameters()) params.push_back(prm);
+        for (int l = st.layers().begin; l < st.layers().end(); ++l) rec.layers.push_back(l);
+      }
+      mlp::SGD opt(params, c.learning_rate);
+      const pp::ActivationMeter& meter = interleaved ? rank_meter : stages[0].meter();
       const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
       mlp::Matrix x;
       mlp::Labels y;
-      RankRecord rec;
-      rec.begin = stage.layers().begin;
-      rec.end = stage.layers().end();
+      rec.begin = stages[0].layers().begin;
+      rec.end = stages[0].layers().end();
       for (int s = 0; s < steps; ++s) {
         loader.load(s, x, y);
         const pp::Batch batch{x, y, m};
         dist::barrier();
         dist::reset_stats();
-        stage.meter().reset_peak();
-        stage.clear_spans();
+        rank_meter.reset_peak();
+        for (pp::Stage& st : stages) {
+          st.meter().reset_peak();
+          st.clear_spans();
+        }
         const double t0 = dist::sim_time();
-        rec.losses.push_back(pp::train_step(stage, opt, batch, schedule));
+        rec.losses.push_back(interleaved ? pp::train_step_interleaved(stages, opt, batch)
+                                         : pp::train_step(stages[0], opt, batch, schedule));
         rec.stats = dist::stats();
         dist::barrier();
         rec.step_s = dist::sim_time() - t0;
-        rec.peak_microbatches = stage.meter().peak_microbatches();
-        rec.peak_bytes = stage.meter().peak_bytes();
-        rec.stash_after = stage.meter().microbatches();
+        rec.peak_microbatches = meter.peak_microbatches();
+        rec.peak_bytes = meter.peak_bytes();
+        rec.stash_after = meter.microbatches();
         rec.order.clear();
-        for (const auto& span : stage.spans()) rec.order.push_back(span.name);
+        rec.spans.clear();
+        for (const pp::Stage& st : stages) {
+          for (const auto& span : st.spans())
+            rec.spans.push_back({span.name, span.t0 - t0, span.t1 - t0});
+        }
+        std::stable_sort(rec.spans.begin(), rec.spans.end(),
+                         [](const auto& a, const auto& b) { return a.t0 < b.t0; });
+        for (const auto& span : rec.spans) rec.order.push_back(span.name);
         std::vector<mlp::Matrix> w;
-        for (const mlp::Parameter* prm : stage.parameters()) w.push_back(prm->value);
+        for (const mlp::Parameter* prm : params) w.push_back(prm->value);
         rec.weights.push_back(std::move(w));
       }
       std::lock_guard<std::mutex> g(mu);
@@ -216,11 +246,11 @@ inline void expect_values(const PipelineRun& run, const mlp::Config& c, const Re
     const RankRecord& rec = run.ranks[static_cast<std::size_t>(r)];
     ASSERT_EQ(rec.weights.size(), ref.weights.size()) << "rank " << r;
     for (std::size_t s = 0; s < ref.weights.size(); ++s) {
-      ASSERT_EQ(static_cast<int>(rec.weights[s].size()), rec.end - rec.begin) << "rank " << r;
-      for (int k = 0; k < rec.end - rec.begin; ++k) {
-        EXPECT_TRUE(close(rec.weights[s][static_cast<std::size_t>(k)],
-                          ref.weights[s][static_cast<std::size_t>(rec.begin + k)]))
-            << "stage " << r << ", layer " << rec.begin + k << ", after step " << s
+      ASSERT_EQ(rec.weights[s].size(), rec.layers.size()) << "rank " << r;
+      for (std::size_t k = 0; k < rec.layers.size(); ++k) {
+        const int layer = rec.layers[k];
+        EXPECT_TRUE(close(rec.weights[s][k], ref.weights[s][static_cast<std::size_t>(layer)]))
+            << "stage " << r << ", layer " << layer << ", after step " << s
             << ": the weights differ from single-process training on the whole batch";
       }
       if (r == p - 1) {
@@ -238,5 +268,115 @@ inline std::int64_t stash_bytes_per_row(const mlp::Config& c, int begin, int end
   for (int l = begin; l < end; ++l) floats += c.layer_out(l) * (l + 1 < c.n_layers ? 2 : 1);
   return floats * 4;
 }
+
+/// Bytes stashed per row with recomputation: the stage's input only.
+inline std::int64_t input_bytes_per_row(const mlp::Config& c, int begin) {
+  return static_cast<std::int64_t>(c.layer_in(begin)) * 4;
+}
+
+/// The tests' own replay of ranks' lists of operations (pp::Op) on the kit's clock rules
+/// (docs/threads_backend.md, section 4) with latency alpha and unlimited bandwidth, as Task 11's
+/// executor promises to run them: each F (B, BW) receives from the rank of its neighbouring chunk
+/// (blocking) right before it computes and posts its send right after; the sends are waited at
+/// the end. Local chunk c of rank r is global chunk c p + r (v chunks per rank; v = 1: stage r).
+/// Times: F = B = W = t, BW = 2t. Messages between two ranks match first in first out per
+/// direction, as the kit matches them. Also the peak number of (chunk, microbatch) stashed per
+/// rank (F to W or BW).
+struct OpsReplay {
+  bool ok = false;        // false: a receive is never matched, or matched out of order
+  std::string error;      // why not
+  double step = 0;        // the last rank's finish, all sends completed
+  std::vector<int> peak;  // per rank
+};
+
+inline OpsReplay replay_ops(const std::vector<std::vector<pp::Op>>& lists, double t,
+                            double alpha = 0, int v = 1) {
+  const int p = static_cast<int>(lists.size());
+  const int G = v * p;
+  OpsReplay out;
+  out.peak.assign(static_cast<std::size_t>(p), 0);
+  std::vector<std::size_t> pos(static_cast<std::size_t>(p), 0);
+  std::vector<double> clock(static_cast<std::size_t>(p), 0), out_free(clock), in_free(clock),
+      last_send(clock);
+  std::vector<int> held(static_cast<std::size_t>(p), 0);
+  struct Msg {
+    int chunk, microbatch;  // the receiving global chunk and microbatch
+    double ts;
+  };
+  std::map<std::tuple<int, int, int>, std::deque<Msg>> wire;  // (src, dst, dir) -> FIFO
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (int r = 0; r < p; ++r) {
+      const auto R = static_cast<std::size_t>(r);
+      while (pos[R] < lists[R].size()) {
+        const pp::Op op = lists[R][pos[R]];
+        const int g = op.chunk * p + r;
+        const bool fwd = op.kind == pp::OpKind::F;
+        const bool bwd = op.kind == pp::OpKind::B || op.kind == pp::OpKind::BW;
+        const bool needs = (fwd && g > 0) || (bwd && g + 1 < G);
+        if (needs) {
+          const int src = ((fwd ? g - 1 : g + 1) % p + p) % p;
+          auto& q = wire[std::make_tuple(src, r, fwd ? 0 : 1)];
+          if (q.empty()) break;
+          if (q.front().chunk != g || q.front().microbatch != op.microbatch) {
+            out.error = "rank " + std::to_string(r) + "'s " + pp::to_string(op) +
+                        " would take the message of global chunk " +
+                        std::to_string(q.front().chunk) + ", microbatch " +
+                        std::to_string(q.front().microbatch) +
+                        " (rank " + std::to_string(src) + " sends in another order)";
+            return out;
+          }
+          const double ti = std::max(q.front().ts, in_free[R]);
+          q.pop_front();
+          in_free[R] = ti + alpha;
+          clock[R] = std::max(clock[R], ti + alpha);
+        }
+        clock[R] += op.kind == pp::OpKind::BW ? 2 * t : t;
+        if (fwd) out.peak[R] = std::max(out.peak[R], ++held[R]);
+        if (op.kind == pp::OpKind::W || op.kind == pp::OpKind::BW) --held[R];
+        if ((fwd && g + 1 < G) || (bwd && g > 0)) {
+          const int to = fwd ? g + 1 : g - 1;
+          const double ts = std::max(clock[R], out_free[R]);
+          out_free[R] = ts + alpha;
+          last_send[R] = std::max(last_send[R], ts + alpha);
+          wire[std::make_tuple(r, to % p, fwd ? 0 : 1)].push_back({to, op.microbatch, ts});
+        }
+        ++pos[R];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    const auto R = static_cast<std::size_t>(r);
+    if (pos[R] < lists[R].size()) {
+      out.error = "rank " + std::to_string(r) + " waits forever at its operation " +
+                  pp::to_string(lists[R][pos[R]]);
+      return out;
+    }
+    out.step = std::max({out.step, clock[R], last_send[R]});
+  }
+  out.ok = true;
+  return out;
+}
+
+inline std::vector<std::vector<pp::Op>> interleaved_lists(int p, int m, int v) {
+  std::vector<std::vector<pp::Op>> lists;
+  for (int r = 0; r < p; ++r) lists.push_back(pp::interleaved_ops(p, r, m, v));
+  return lists;
+}
+
+/// Interleaved 1F1B's step in units of one chunk's forward (BW = 2), equal chunks, free network:
+/// (m + (p-1)/v)(tf + tb) with tf = v units.
+inline double interleaved_formula_units(int p, int m, int v) { return 3.0 * (m * v + p - 1); }
+
+inline std::vector<std::vector<pp::Op>> zb_lists(int p, int m) {
+  std::vector<std::vector<pp::Op>> lists;
+  for (int r = 0; r < p; ++r) lists.push_back(pp::zb_h1_ops(p, r, m));
+  return lists;
+}
+
+/// ZB-H1's step in units of t = tf (F = B = W = t) on equal stages, free communication.
+inline double zb_formula_units(int p, int m) { return 2.0 * m + p - 1 + std::max(m, p); }
 
 }  // namespace pptest
