@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
         std::printf("%s\n", e.what());
       }
       run_step(launch, c, true, false);
-      std::printf("\noptimizer_step (each update after its bucket's event): no report\n");
+      std::printf("\noptimizer_step (each update after its own bucket's all-reduce): no report\n");
     });
     distlab::section("task 4: the device's order worked out without a device (analyze)", [&] {
       for (bool with_wait : {false, true}) {
