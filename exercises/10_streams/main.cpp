@@ -189,8 +189,8 @@ int main(int argc, char** argv) {
         const ProgramAnalysis mine = analyze(prog);
         Replayed device;
         dist::launch(1, [&] { device = replay(prog); });
-        std::printf("%s\n%s", with_wait ? "with the wait:" : "without the wait:",
-                    listing(prog).c_str());
+        std::printf("%s\n%s",
+                    with_wait ? "with the wait:" : "without the wait:", listing(prog).c_str());
         for (std::size_t i = 0; i < mine.time.size(); ++i) {
           std::printf("  op %zu: %.3f ms (device %.3f ms)\n", i, mine.time[i] * 1e3,
                       i < device.time.size() ? device.time[i] * 1e3 : -1.0);

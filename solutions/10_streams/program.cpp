@@ -99,7 +99,8 @@ Replayed replay(const Program& program) {
       switch (op.kind) {
         case OpKind::Kernel: {
           dd::Kernel k{op.name, op.seconds, {}};
-          for (int b : op.reads) k.accesses.push_back(dd::reads(buffers[static_cast<std::size_t>(b)]));
+          for (int b : op.reads)
+            k.accesses.push_back(dd::reads(buffers[static_cast<std::size_t>(b)]));
           for (int b : op.writes)
             k.accesses.push_back(dd::writes(buffers[static_cast<std::size_t>(b)]));
           dd::launch(streams[static_cast<std::size_t>(op.stream)], k, {});

@@ -23,12 +23,12 @@ const char* to_string(OpKind k);
 
 struct Op {
   OpKind kind = OpKind::Kernel;
-  int stream = -1;         // Kernel, Record, Wait, SyncStream
-  int event = -1;          // Record, Wait, SyncEvent, Query
-  double seconds = 0;      // Kernel, HostWork
-  std::vector<int> reads;  // Kernel: buffer indices it reads
-  std::vector<int> writes; // Kernel: buffer indices it writes (none of them also in reads)
-  std::string name;        // Kernel: its name ("k3")
+  int stream = -1;          // Kernel, Record, Wait, SyncStream
+  int event = -1;           // Record, Wait, SyncEvent, Query
+  double seconds = 0;       // Kernel, HostWork
+  std::vector<int> reads;   // Kernel: buffer indices it reads
+  std::vector<int> writes;  // Kernel: buffer indices it writes (none of them also in reads)
+  std::string name;         // Kernel: its name ("k3")
 };
 
 /// A program: `streams` streams, `events` events and `buffers` buffers, all created before the

@@ -190,15 +190,14 @@ TEST(HiddenAnalyze, TieBreaksOfSeveralRaces) {
 TEST(HiddenAnalyze, RecordAgainAndChainsOfEvents) {
   // recording again replaces what the event stands for: e0 now stands for an idle compute
   expect_race(program(3, 1, 1,
-                      {kernel("produce", 1, 2, {}, {0}), record(0, 1), record(0, 0),
-                       wait_on(2, 0), kernel("consume", 2, 1, {0}, {})}),
+                      {kernel("produce", 1, 2, {}, {0}), record(0, 1), record(0, 0), wait_on(2, 0),
+                       kernel("consume", 2, 1, {0}, {})}),
               4, 0, 0);
   // order passes along a chain: s1 -> e0 -> s2 -> e1 -> s0 (transitive), times add up
-  const Program chain =
-      program(3, 2, 1,
-              {kernel("produce", 1, 2, {}, {0}), record(0, 1), wait_on(2, 0),
-               kernel("mid", 2, 1.5, {}, {}), record(1, 2), wait_on(0, 1),
-               kernel("consume", 0, 1, {0}, {}), host_op(OpKind::SyncStream, 0)});
+  const Program chain = program(3, 2, 1,
+                                {kernel("produce", 1, 2, {}, {0}), record(0, 1), wait_on(2, 0),
+                                 kernel("mid", 2, 1.5, {}, {}), record(1, 2), wait_on(0, 1),
+                                 kernel("consume", 0, 1, {0}, {}), host_op(OpKind::SyncStream, 0)});
   const ProgramAnalysis got = analyze(chain);
   EXPECT_EQ(got.race.op, -1) << listing(chain);
   const std::vector<double> ms = {2, 2, 2, 3.5, 3.5, 3.5, 4.5, 4.5};
@@ -233,11 +232,10 @@ TEST(HiddenAnalyze, EmptyHostOnlyAndZeroLengthPrograms) {
   const std::string diff = analysis_mismatch(host, analyze(host), device_replay(host), true, true);
   EXPECT_TRUE(diff.empty()) << diff;
   // zero-length kernels still race, and still order
-  expect_race(program(2, 1, 1, {kernel("w", 1, 0, {}, {0}), kernel("r", 0, 0, {0}, {})}), 1, 0,
-              0);
-  const Program zero = program(2, 1, 1,
-                               {kernel("w", 1, 0, {}, {0}), record(0, 1), wait_on(0, 0),
-                                kernel("r", 0, 0, {0}, {})});
+  expect_race(program(2, 1, 1, {kernel("w", 1, 0, {}, {0}), kernel("r", 0, 0, {0}, {})}), 1, 0, 0);
+  const Program zero = program(
+      2, 1, 1,
+      {kernel("w", 1, 0, {}, {0}), record(0, 1), wait_on(0, 0), kernel("r", 0, 0, {0}, {})});
   const std::string d2 = analysis_mismatch(zero, analyze(zero), device_replay(zero), true, true);
   EXPECT_TRUE(d2.empty()) << d2;
 }

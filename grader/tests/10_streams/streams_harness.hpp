@@ -213,8 +213,9 @@ inline std::string analysis_mismatch(const Program& p, const ProgramAnalysis& go
   std::ostringstream o;
   const auto name = [&](int i) {
     return i >= 0 && static_cast<std::size_t>(i) < p.ops.size()
-               ? "op " + std::to_string(i) + " (" + to_string(p.ops[static_cast<std::size_t>(i)].kind) +
-                     " " + p.ops[static_cast<std::size_t>(i)].name + ")"
+               ? "op " + std::to_string(i) + " (" +
+                     to_string(p.ops[static_cast<std::size_t>(i)].kind) + " " +
+                     p.ops[static_cast<std::size_t>(i)].name + ")"
                : "op " + std::to_string(i);
   };
   if (races) {

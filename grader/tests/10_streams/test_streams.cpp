@@ -144,7 +144,8 @@ TEST(Work, CompletesWithTheAllReduceNotWithLaterWorkOnComm) {
       EXPECT_TRUE(work.is_completed())
           << "the all-reduce ended at " << end * 1e3 << " ms; comm's later kernel does not count";
       work.synchronize();
-      EXPECT_NEAR(dist::sim_time(), end * 1.01, 1e-12) << "synchronize waited for comm's later work";
+      EXPECT_NEAR(dist::sim_time(), end * 1.01, 1e-12)
+          << "synchronize waited for comm's later work";
       dd::device_synchronize();
       EXPECT_TRUE(within_1pct(dd::elapsed_seconds(origin, first), 3e-3 + 1e-4))
           << "a busy compute stream: the consumer starts when compute is free (p=" << p << ")";
@@ -330,10 +331,10 @@ TEST(Analyze, TimesOfHandWrittenPrograms) {
                                kernel("consume", 0, 1, {0}, {}), host_op(OpKind::SyncStream, 0)}),
                   {2, 2, 2, 3, 3}, -1, -1, -1);
   // compute busy for 5 ms before the wait: the consumer starts when compute is free.
-  expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1),
-                               kernel("busy", 0, 5, {}, {}), wait_on(0, 0),
-                               kernel("consume", 0, 1, {0}, {}), host_op(OpKind::SyncEvent, 0)}),
-                  {2, 2, 5, 5, 6, 2}, -1, -1, -1);
+  expect_analysis(
+      two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1), kernel("busy", 0, 5, {}, {}),
+                   wait_on(0, 0), kernel("consume", 0, 1, {0}, {}), host_op(OpKind::SyncEvent, 0)}),
+      {2, 2, 5, 5, 6, 2}, -1, -1, -1);
   // host work before enqueueing: a kernel starts no earlier than the host's clock.
   expect_analysis(two_streams({host_op(OpKind::HostWork, 0, 1.5), kernel("k", 1, 2, {}, {0}),
                                record(0, 0), host_op(OpKind::SyncStream, 1)}),
@@ -346,9 +347,8 @@ TEST(Analyze, RacesOfHandWrittenPrograms) {
                                kernel("consume", 0, 1, {0}, {})}),
                   {2, 2}, 2, 0, 0);
   // a write that may overtake a read still in flight on another stream
-  expect_analysis(
-      two_streams({kernel("read", 0, 2, {0}, {}), kernel("overwrite", 1, 1, {}, {0})}), {2}, 1,
-      0, 0);
+  expect_analysis(two_streams({kernel("read", 0, 2, {0}, {}), kernel("overwrite", 1, 1, {}, {0})}),
+                  {2}, 1, 0, 0);
   // ordered by an event, the same write is fine
   expect_analysis(two_streams({kernel("read", 0, 2, {0}, {}), record(0, 0), wait_on(1, 0),
                                kernel("overwrite", 1, 1, {}, {0})}),
@@ -370,15 +370,15 @@ TEST(Analyze, HostSynchronizeAndQueryOrder) {
                                host_op(OpKind::Query, 0), host_op(OpKind::HostWork, 0, 1),
                                host_op(OpKind::Query, 0), kernel("consume", 0, 1, {0}, {})}),
                   {2, 2, 0, 1.5, 1.5, 2.5, 2.5, 3.5}, -1, -1, -1, {-1, -1, 0, -1, 0, -1, 1});
-  expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1),
-                               host_op(OpKind::Query, 0), host_op(OpKind::HostWork, 0, 1.5),
-                               kernel("consume", 0, 1, {0}, {})}),
-                  {2, 2, 0, 1.5}, 4, 0, 0, {-1, -1, 0});
+  expect_analysis(
+      two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1), host_op(OpKind::Query, 0),
+                   host_op(OpKind::HostWork, 0, 1.5), kernel("consume", 0, 1, {0}, {})}),
+      {2, 2, 0, 1.5}, 4, 0, 0, {-1, -1, 0});
   // an event never recorded: complete, and waiting on it orders nothing
-  expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), host_op(OpKind::Query, 0),
-                               host_op(OpKind::SyncEvent, 0), wait_on(0, 0),
-                               kernel("consume", 0, 1, {0}, {})}),
-                  {2, 0, 0, 0}, 4, 0, 0, {-1, 1});
+  expect_analysis(
+      two_streams({kernel("produce", 1, 2, {}, {0}), host_op(OpKind::Query, 0),
+                   host_op(OpKind::SyncEvent, 0), wait_on(0, 0), kernel("consume", 0, 1, {0}, {})}),
+      {2, 0, 0, 0}, 4, 0, 0, {-1, 1});
 }
 
 void random_programs(std::uint64_t first_seed, int count, int ops, int streams, int events,
@@ -398,7 +398,11 @@ void random_programs(std::uint64_t first_seed, int count, int ops, int streams, 
   EXPECT_GE(clean, count / 5) << clean << " of " << count << " programs have no race";
 }
 
-TEST(Analyze, TimesEqualTheDeviceOnRandomPrograms) { random_programs(1000, 150, 24, 2, 2, 2, true, false); }
-TEST(Analyze, RacesEqualTheDetectorOnRandomPrograms) { random_programs(5000, 150, 24, 3, 2, 3, false, true); }
+TEST(Analyze, TimesEqualTheDeviceOnRandomPrograms) {
+  random_programs(1000, 150, 24, 2, 2, 2, true, false);
+}
+TEST(Analyze, RacesEqualTheDetectorOnRandomPrograms) {
+  random_programs(5000, 150, 24, 3, 2, 3, false, true);
+}
 
 }  // namespace
