@@ -1,5 +1,9 @@
 #include "streams.hpp"
 
+#include <algorithm>
+#include <cstdint>
+#include <map>
+
 #include "dist/device.hpp"
 #include "distlab/todo.hpp"
 #include "replica.hpp"
@@ -22,8 +26,8 @@ const char* to_string(Strategy s) {
 
 AllReduceWork::AllReduceWork(DeviceBuffer<float>& buf, Stream& comm, dist::ReduceOp op)
     : done_("all_reduce done") {
-  DISTLAB_TODO("enqueue the collective on the communication stream, then mark its end there "
-               "(README: task 1)");
+  DISTLAB_TODO("start the all-reduce on `comm`; afterwards the work stands for it alone (README: "
+               "task 1)");
 }
 
 bool AllReduceWork::is_completed() {
@@ -48,16 +52,29 @@ double wait_for(AllReduceWork& work, Strategy s, Stream& compute, double poll_in
 std::vector<AllReduceWork> backward_with_overlap(Replica& replica, Stream& compute, Stream& comm,
                                                  bool overlap) {
   std::vector<AllReduceWork> works;
-  DISTLAB_TODO("launch backward last layer first; start each bucket's all-reduce once its "
-               "gradients are all launched, ordered after them by an event (README: task 2)");
+  DISTLAB_TODO("backward on compute, last layer first; each bucket's all-reduce on comm, never "
+               "before its gradients are written, as early as that allows (README: task 2, what "
+               "must hold)");
   return works;
 }
 
 // ---- Task 3 -------------------------------------------------------------------------------------
 
 void optimizer_step(Replica& replica, Stream& compute, std::vector<AllReduceWork>& works) {
-  DISTLAB_TODO("each bucket's update after its own all-reduce, without blocking the host (README: "
-               "task 3)");
+  DISTLAB_TODO("every update reads its bucket only after that bucket's all-reduce, and waits for "
+               "nothing more; the host never blocks (README: task 3)");
+}
+
+// ---- Task 4 -------------------------------------------------------------------------------------
+
+// TODO: helpers of analyze, if you want some (README: task 4)
+
+ProgramAnalysis analyze(const Program& program) {
+  program.validate();
+  ProgramAnalysis out;
+  DISTLAB_TODO("the device's times and its happens-before order, op by op; stop at the first race "
+               "(README: task 4; header: the rules)");
+  return out;
 }
 
 }  // namespace streams

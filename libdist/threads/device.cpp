@@ -95,7 +95,13 @@ namespace {
 void host_wait(const DeviceContext& c, double until, const VectorClock& clock,
                const std::string& label) {
   const double now = host_clock(c);
-  if (until > now) c.engine->sim_compute(c.rank, until - now, label.c_str());
+  if (until > now) {
+    c.engine->sim_compute(c.rank, until - now, label.c_str());
+    // now + (until - now) can round to an ulp below `until`: the host would then not yet be at
+    // the time it waited for (a query right after the synchronize could say "not done").
+    double& host_now = c.engine->rank_state(c.rank).link.clock;
+    if (host_now < until) host_now = until;
+  }
   join(c.dev.host, clock);
 }
 

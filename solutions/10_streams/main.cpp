@@ -16,6 +16,7 @@
 
 #include "distlab/cli.hpp"
 #include "distlab/program.hpp"
+#include "program.hpp"
 #include "replica.hpp"
 #include "streams.hpp"
 
@@ -151,7 +152,58 @@ int main(int argc, char** argv) {
         std::printf("%s\n", e.what());
       }
       run_step(launch, c, true, false);
-      std::printf("\noptimizer_step (each update after its bucket's event): no report\n");
+      std::printf("\noptimizer_step (each update after its own bucket's all-reduce): no report\n");
+    });
+    distlab::section("task 4: the device's order worked out without a device (analyze)", [&] {
+      for (bool with_wait : {false, true}) {
+        Program prog;
+        prog.streams = 2;
+        prog.events = 1;
+        prog.buffers = 1;
+        prog.stream_names = {"compute", "comm"};
+        prog.buffer_names = {"grad"};
+        Op produce;
+        produce.name = "produce";
+        produce.stream = 1;
+        produce.seconds = 2e-3;
+        produce.writes = {0};
+        Op rec;
+        rec.kind = OpKind::Record;
+        rec.stream = 1;
+        rec.event = 0;
+        Op wait = rec;
+        wait.kind = OpKind::Wait;
+        wait.stream = 0;
+        Op consume;
+        consume.name = "consume";
+        consume.stream = 0;
+        consume.seconds = 1e-3;
+        consume.reads = {0};
+        Op sync;
+        sync.kind = OpKind::SyncStream;
+        sync.stream = 0;
+        prog.ops = {produce, rec};
+        if (with_wait) prog.ops.push_back(wait);
+        prog.ops.push_back(consume);
+        prog.ops.push_back(sync);
+        const ProgramAnalysis mine = analyze(prog);
+        Replayed device;
+        dist::launch(1, [&] { device = replay(prog); });
+        std::printf("%s\n%s",
+                    with_wait ? "with the wait:" : "without the wait:", listing(prog).c_str());
+        for (std::size_t i = 0; i < mine.time.size(); ++i) {
+          std::printf("  op %zu: %.3f ms (device %.3f ms)\n", i, mine.time[i] * 1e3,
+                      i < device.time.size() ? device.time[i] * 1e3 : -1.0);
+        }
+        if (mine.race.op >= 0) {
+          std::printf("  race: op %d with op %d on '%s' (device: op %d)\n", mine.race.op,
+                      mine.race.earlier, prog.buffer_name(mine.race.buffer).c_str(),
+                      device.race_op);
+        } else {
+          std::printf("  no race (device: %s)\n", device.race_op < 0 ? "none" : "a race");
+        }
+        std::printf("\n");
+      }
     });
     return 0;
   });

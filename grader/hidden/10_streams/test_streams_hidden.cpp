@@ -142,4 +142,102 @@ TEST(HiddenRace, UnorderedReportedOnEveryWorldSizeFixedPasses) {
   }
 }
 
+// ---- Task 4 -------------------------------------------------------------------------------------
+
+Program program(int streams, int events, int buffers, std::vector<Op> ops) {
+  Program p;
+  p.streams = streams;
+  p.events = events;
+  p.buffers = buffers;
+  p.ops = std::move(ops);
+  return p;
+}
+
+/// The student's race must be (op, earlier, buffer), and agree with the device's detector.
+void expect_race(const Program& p, int op, int earlier, int buffer) {
+  const ProgramAnalysis got = analyze(p);
+  EXPECT_EQ(got.race.op, op) << listing(p);
+  EXPECT_EQ(got.race.earlier, earlier) << listing(p);
+  EXPECT_EQ(got.race.buffer, buffer) << listing(p);
+  EXPECT_EQ(got.time.size(), static_cast<std::size_t>(op)) << "stop at the race\n" << listing(p);
+  const std::string diff = analysis_mismatch(p, got, device_replay(p), true, true);
+  EXPECT_TRUE(diff.empty()) << diff;
+}
+
+TEST(HiddenAnalyze, TieBreaksOfSeveralRaces) {
+  // reads are checked in the order listed: b1 before b0
+  expect_race(program(2, 1, 2,
+                      {kernel("w0", 1, 1, {}, {0}), kernel("w1", 1, 1, {}, {1}),
+                       kernel("r", 0, 1, {1, 0}, {})}),
+              2, 1, 1);
+  // reads before writes
+  expect_race(program(2, 1, 2,
+                      {kernel("w0", 1, 1, {}, {0}), kernel("w1", 1, 1, {}, {1}),
+                       kernel("rw", 0, 1, {1}, {0})}),
+              2, 1, 1);
+  // for a write: the unordered last write before an unordered read since it
+  expect_race(program(3, 1, 1,
+                      {kernel("w", 1, 1, {}, {0}), record(0, 1), wait_on(2, 0),
+                       kernel("r", 2, 1, {0}, {}), kernel("w2", 0, 1, {}, {0})}),
+              4, 0, 0);
+  // among reads: the lowest stream index first, its latest read
+  expect_race(program(4, 1, 1,
+                      {kernel("r3", 3, 1, {0}, {}), kernel("r2", 2, 1, {0}, {}),
+                       kernel("r2b", 2, 1, {0}, {}), kernel("w", 0, 1, {}, {0})}),
+              3, 2, 0);
+}
+
+TEST(HiddenAnalyze, RecordAgainAndChainsOfEvents) {
+  // recording again replaces what the event stands for: e0 now stands for an idle compute
+  expect_race(program(3, 1, 1,
+                      {kernel("produce", 1, 2, {}, {0}), record(0, 1), record(0, 0), wait_on(2, 0),
+                       kernel("consume", 2, 1, {0}, {})}),
+              4, 0, 0);
+  // order passes along a chain: s1 -> e0 -> s2 -> e1 -> s0 (transitive), times add up
+  const Program chain = program(3, 2, 1,
+                                {kernel("produce", 1, 2, {}, {0}), record(0, 1), wait_on(2, 0),
+                                 kernel("mid", 2, 1.5, {}, {}), record(1, 2), wait_on(0, 1),
+                                 kernel("consume", 0, 1, {0}, {}), host_op(OpKind::SyncStream, 0)});
+  const ProgramAnalysis got = analyze(chain);
+  EXPECT_EQ(got.race.op, -1) << listing(chain);
+  const std::vector<double> ms = {2, 2, 2, 3.5, 3.5, 3.5, 4.5, 4.5};
+  ASSERT_EQ(got.time.size(), ms.size());
+  for (std::size_t i = 0; i < ms.size(); ++i) EXPECT_NEAR(got.time[i], ms[i] * 1e-3, 1e-12) << i;
+  // the host learns through a synchronize of a third stream that waited: it orders the consumer
+  expect_race(program(3, 1, 2,
+                      {kernel("produce", 1, 2, {}, {0}), record(0, 1), wait_on(2, 0),
+                       host_op(OpKind::SyncStream, 2), kernel("ok", 0, 1, {0}, {}),
+                       kernel("w", 1, 1, {}, {1}), kernel("bad", 0, 1, {1}, {})}),
+              6, 5, 1);
+}
+
+TEST(HiddenAnalyze, ManyStreamsLongPrograms) {
+  for (int k = 0; k < 60; ++k) {
+    const std::uint64_t seed = 90000 + static_cast<std::uint64_t>(k);
+    const Program p = random_program(seed, 120, 4, 3, 4, k % 3 != 0);
+    const std::string diff = analysis_mismatch(p, analyze(p), device_replay(p), true, true);
+    ASSERT_TRUE(diff.empty()) << "seed " << seed << ": " << diff;
+  }
+}
+
+TEST(HiddenAnalyze, EmptyHostOnlyAndZeroLengthPrograms) {
+  const ProgramAnalysis none = analyze(program(1, 0, 0, {}));
+  EXPECT_TRUE(none.time.empty());
+  EXPECT_TRUE(none.answer.empty());
+  EXPECT_EQ(none.race.op, -1);
+  const Program host = program(
+      2, 1, 0,
+      {host_op(OpKind::HostWork, 0, 1), host_op(OpKind::Query, 0), host_op(OpKind::SyncEvent, 0),
+       host_op(OpKind::SyncStream, 1), record(0, 1), host_op(OpKind::Query, 0)});
+  const std::string diff = analysis_mismatch(host, analyze(host), device_replay(host), true, true);
+  EXPECT_TRUE(diff.empty()) << diff;
+  // zero-length kernels still race, and still order
+  expect_race(program(2, 1, 1, {kernel("w", 1, 0, {}, {0}), kernel("r", 0, 0, {0}, {})}), 1, 0, 0);
+  const Program zero = program(
+      2, 1, 1,
+      {kernel("w", 1, 0, {}, {0}), record(0, 1), wait_on(0, 0), kernel("r", 0, 0, {0}, {})});
+  const std::string d2 = analysis_mismatch(zero, analyze(zero), device_replay(zero), true, true);
+  EXPECT_TRUE(d2.empty()) << d2;
+}
+
 }  // namespace

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,107 @@ inline StepConfig small_step() {
   c.backward_s_per_float = 20e-9;
   c.sgd_s_per_float = 2e-9;
   return c;
+}
+
+}  // namespace streamtest
+
+namespace streamtest {
+
+/// Runs `program` on a fresh one-rank simulated device (the oracle of task 4).
+inline Replayed device_replay(const Program& program) {
+  Replayed out;
+  distlab::testing::run_ranks(threads_options(1), [&] { out = replay(program); });
+  return out;
+}
+
+/// Empty when the student's analysis equals what the device did; else the first difference, with
+/// the program's listing.
+inline std::string analysis_mismatch(const Program& p, const ProgramAnalysis& got,
+                                     const Replayed& want, bool times, bool races) {
+  std::ostringstream o;
+  const auto name = [&](int i) {
+    return i >= 0 && static_cast<std::size_t>(i) < p.ops.size()
+               ? "op " + std::to_string(i) + " (" +
+                     to_string(p.ops[static_cast<std::size_t>(i)].kind) + " " +
+                     p.ops[static_cast<std::size_t>(i)].name + ")"
+               : "op " + std::to_string(i);
+  };
+  if (races) {
+    if (got.race.op != want.race_op) {
+      o << "race: you report " << (got.race.op < 0 ? "none" : name(got.race.op))
+        << ", the device's detector " << (want.race_op < 0 ? "none" : name(want.race_op));
+      if (want.race_op >= 0) o << ":\n" << want.race_message;
+    } else if (want.race_op >= 0) {
+      const auto& earlier =
+          got.race.earlier >= 0 && static_cast<std::size_t>(got.race.earlier) < p.ops.size()
+              ? p.ops[static_cast<std::size_t>(got.race.earlier)].name
+              : std::string("?");
+      if (!distlab::testing::contains(want.race_message, "while kernel '" + earlier + "'") ||
+          !distlab::testing::contains(want.race_message,
+                                      "buffer '" + p.buffer_name(got.race.buffer) + "'")) {
+        o << "race at " << name(want.race_op) << ": you name " << name(got.race.earlier)
+          << " and buffer " << p.buffer_name(got.race.buffer) << "; the detector says:\n"
+          << want.race_message;
+      }
+    }
+  }
+  if (o.str().empty() && times) {
+    const std::size_t n = want.time.size();
+    if (got.time.size() != n || got.answer.size() != n) {
+      o << "time and answer must have one entry per op before the race (" << n << "), got "
+        << got.time.size() << " and " << got.answer.size();
+    } else {
+      for (std::size_t i = 0; i < n; ++i) {
+        if (std::abs(got.time[i] - want.time[i]) > 1e-12 + 1e-9 * std::abs(want.time[i])) {
+          o << name(static_cast<int>(i)) << ": time " << got.time[i] * 1e3 << " ms, the device "
+            << want.time[i] * 1e3 << " ms";
+          break;
+        }
+        if (got.answer[i] != want.answer[i]) {
+          o << name(static_cast<int>(i)) << ": answer " << got.answer[i] << ", the device "
+            << want.answer[i];
+          break;
+        }
+      }
+    }
+  }
+  if (!o.str().empty()) o << "\nthe program:\n" << listing(p);
+  return o.str();
+}
+
+/// A kernel op (for hand-written programs).
+inline Op kernel(const std::string& name, int stream, double ms, std::vector<int> reads,
+                 std::vector<int> writes) {
+  Op op;
+  op.kind = OpKind::Kernel;
+  op.name = name;
+  op.stream = stream;
+  op.seconds = ms * 1e-3;
+  op.reads = std::move(reads);
+  op.writes = std::move(writes);
+  return op;
+}
+inline Op host_op(OpKind kind, int stream_or_event, double ms = 0) {
+  Op op;
+  op.kind = kind;
+  if (kind == OpKind::SyncStream) op.stream = stream_or_event;
+  if (kind == OpKind::SyncEvent || kind == OpKind::Query) op.event = stream_or_event;
+  op.seconds = ms * 1e-3;
+  return op;
+}
+inline Op record(int event, int stream) {
+  Op op;
+  op.kind = OpKind::Record;
+  op.event = event;
+  op.stream = stream;
+  return op;
+}
+inline Op wait_on(int stream, int event) {
+  Op op;
+  op.kind = OpKind::Wait;
+  op.event = event;
+  op.stream = stream;
+  return op;
 }
 
 }  // namespace streamtest

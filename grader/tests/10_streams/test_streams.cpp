@@ -117,6 +117,58 @@ TEST(Work, SynchronizeBlocksTheHostUntilTheAllReduceEnds) {
   }
 }
 
+TEST(Work, CompletesWithTheAllReduceNotWithLaterWorkOnComm) {
+  // comm is busy after the all-reduce (a 5 ms kernel on another buffer), compute is busy past the
+  // all-reduce's end for one consumer and idle for another: the work stands for the all-reduce
+  // alone, so is_completed(), wait() and synchronize() follow its end, not comm's.
+  for (int p : {2, 3}) {
+    run_ranks(threads_options(p), [&] {
+      Stream compute("compute"), comm("comm"), side("side");
+      DeviceBuffer<float> buf("buf", 2048), other("other", 16), out("out", 2048);
+      Event origin("origin"), first("first"), second("second");
+      origin.record(compute);
+      const double end = start_after_kernel(buf, compute, comm);
+      AllReduceWork work(buf, comm);
+      dd::launch(comm, {"later on comm", 5e-3, {dd::writes(other)}}, [] {});
+      // compute busy until 3 ms with work of its own (past the all-reduce's end)
+      dd::launch(compute, {"busy", 3e-3 - kKernel, {}}, [] {});
+      work.wait(compute);
+      dd::launch(compute, {"consume", 1e-4, {dd::reads(buf), dd::writes(out)}}, [] {});
+      first.record(compute);
+      // an idle stream: starts at the all-reduce's end, not at comm's
+      work.wait(side);
+      dd::launch(side, {"consume on side", 1e-4, {dd::reads(buf)}}, [] {});
+      second.record(side);
+      EXPECT_EQ(dist::sim_time(), 0.0) << "wait() blocked the host (p=" << p << ")";
+      dist::sim_compute(end * 1.01);
+      EXPECT_TRUE(work.is_completed())
+          << "the all-reduce ended at " << end * 1e3 << " ms; comm's later kernel does not count";
+      work.synchronize();
+      EXPECT_NEAR(dist::sim_time(), end * 1.01, 1e-12)
+          << "synchronize waited for comm's later work";
+      dd::device_synchronize();
+      EXPECT_TRUE(within_1pct(dd::elapsed_seconds(origin, first), 3e-3 + 1e-4))
+          << "a busy compute stream: the consumer starts when compute is free (p=" << p << ")";
+      EXPECT_TRUE(within_1pct(dd::elapsed_seconds(origin, second), end + 1e-4))
+          << "an idle stream: the consumer starts when the all-reduce ends (p=" << p << ")";
+    });
+  }
+}
+
+TEST(Work, SynchronizeReturnsAtTheAllReduceEndWhileCommIsBusy) {
+  run_ranks(threads_options(4), [&] {
+    Stream compute("compute"), comm("comm");
+    DeviceBuffer<float> buf("buf", 4096), other("other", 16);
+    const double end = start_after_kernel(buf, compute, comm);
+    AllReduceWork work(buf, comm);
+    dd::launch(comm, {"later on comm", 4e-3, {dd::writes(other)}}, [] {});
+    EXPECT_FALSE(work.is_completed());
+    work.synchronize();
+    EXPECT_TRUE(within_1pct(dist::sim_time(), end))
+        << "synchronize() must block until this all-reduce ends, not until comm is idle";
+  });
+}
+
 // ---- Task 1: wait_for ---------------------------------------------------------------------------
 
 void waiting(Strategy s, int p) {
@@ -235,6 +287,122 @@ TEST(Race, OptimizerStepPassesTheDetectorAndDoesNotWaitForLaterBuckets) {
   const auto got = run_steps(c, true, 1, o);
   const double want = expected_step(c, 4, o.network, true);
   EXPECT_TRUE(within_1pct(got[0].step_s, want)) << "update b starts when all-reduce b ends";
+}
+
+// ---- Task 4: analyze ----------------------------------------------------------------------------
+
+/// Two streams (0 "compute", 1 "comm"), one buffer "grad", one event: docs/device.md's example.
+Program two_streams(std::vector<Op> ops) {
+  Program p;
+  p.streams = 2;
+  p.events = 1;
+  p.buffers = 1;
+  p.stream_names = {"compute", "comm"};
+  p.buffer_names = {"grad"};
+  p.ops = std::move(ops);
+  return p;
+}
+
+/// The student's analysis must equal the closed form (`ms` per op, the race) and the device.
+void expect_analysis(const Program& p, const std::vector<double>& ms, int race_op, int earlier,
+                     int buffer, const std::vector<int>& answers = {}) {
+  const ProgramAnalysis got = analyze(p);
+  ASSERT_EQ(got.time.size(), ms.size()) << "one time per op before the race\n" << listing(p);
+  for (std::size_t i = 0; i < ms.size(); ++i)
+    EXPECT_NEAR(got.time[i], ms[i] * 1e-3, 1e-12) << "op " << i << "\n" << listing(p);
+  ASSERT_EQ(got.answer.size(), ms.size()) << listing(p);
+  for (std::size_t i = 0; i < ms.size(); ++i) {
+    const int want = i < answers.size() ? answers[i] : -1;
+    EXPECT_EQ(got.answer[i], want) << "op " << i << "\n" << listing(p);
+  }
+  EXPECT_EQ(got.race.op, race_op) << listing(p);
+  if (race_op >= 0) {
+    EXPECT_EQ(got.race.earlier, earlier) << listing(p);
+    EXPECT_EQ(got.race.buffer, buffer) << listing(p);
+  }
+  // the closed form above is also what the device does
+  const std::string diff = analysis_mismatch(p, got, device_replay(p), true, true);
+  EXPECT_TRUE(diff.empty()) << diff;
+}
+
+TEST(Analyze, TimesOfHandWrittenPrograms) {
+  // 2 ms kernel writes grad on comm, event, compute waits, 1 ms kernel reads it, host syncs.
+  expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1), wait_on(0, 0),
+                               kernel("consume", 0, 1, {0}, {}), host_op(OpKind::SyncStream, 0)}),
+                  {2, 2, 2, 3, 3}, -1, -1, -1);
+  // compute busy for 5 ms before the wait: the consumer starts when compute is free.
+  expect_analysis(
+      two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1), kernel("busy", 0, 5, {}, {}),
+                   wait_on(0, 0), kernel("consume", 0, 1, {0}, {}), host_op(OpKind::SyncEvent, 0)}),
+      {2, 2, 5, 5, 6, 2}, -1, -1, -1);
+  // host work before enqueueing: a kernel starts no earlier than the host's clock.
+  expect_analysis(two_streams({host_op(OpKind::HostWork, 0, 1.5), kernel("k", 1, 2, {}, {0}),
+                               record(0, 0), host_op(OpKind::SyncStream, 1)}),
+                  {1.5, 3.5, 1.5, 3.5}, -1, -1, -1);
+}
+
+TEST(Analyze, RacesOfHandWrittenPrograms) {
+  // the missing wait: consume (op 2) races with produce (op 0) on grad
+  expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1),
+                               kernel("consume", 0, 1, {0}, {})}),
+                  {2, 2}, 2, 0, 0);
+  // a write that may overtake a read still in flight on another stream
+  expect_analysis(two_streams({kernel("read", 0, 2, {0}, {}), kernel("overwrite", 1, 1, {}, {0})}),
+                  {2}, 1, 0, 0);
+  // ordered by an event, the same write is fine
+  expect_analysis(two_streams({kernel("read", 0, 2, {0}, {}), record(0, 0), wait_on(1, 0),
+                               kernel("overwrite", 1, 1, {}, {0})}),
+                  {2, 2, 2, 3}, -1, -1, -1);
+  // two reads never race; the same stream never races
+  expect_analysis(two_streams({kernel("r0", 0, 1, {0}, {}), kernel("r1", 1, 1, {0}, {}),
+                               kernel("w0", 1, 1, {}, {0})}),
+                  {1, 1}, 2, 0, 0);
+}
+
+TEST(Analyze, HostSynchronizeAndQueryOrder) {
+  // the host synchronizes comm, then enqueues: ordered through the host
+  expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), host_op(OpKind::SyncStream, 1),
+                               kernel("consume", 0, 1, {0}, {})}),
+                  {2, 2, 3}, -1, -1, -1);
+  // a query that returned true orders; one that returned false does not
+  expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1),
+                               host_op(OpKind::Query, 0), host_op(OpKind::HostWork, 0, 1.5),
+                               host_op(OpKind::Query, 0), host_op(OpKind::HostWork, 0, 1),
+                               host_op(OpKind::Query, 0), kernel("consume", 0, 1, {0}, {})}),
+                  {2, 2, 0, 1.5, 1.5, 2.5, 2.5, 3.5}, -1, -1, -1, {-1, -1, 0, -1, 0, -1, 1});
+  expect_analysis(
+      two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1), host_op(OpKind::Query, 0),
+                   host_op(OpKind::HostWork, 0, 1.5), kernel("consume", 0, 1, {0}, {})}),
+      {2, 2, 0, 1.5}, 4, 0, 0, {-1, -1, 0});
+  // an event never recorded: complete, and waiting on it orders nothing
+  expect_analysis(
+      two_streams({kernel("produce", 1, 2, {}, {0}), host_op(OpKind::Query, 0),
+                   host_op(OpKind::SyncEvent, 0), wait_on(0, 0), kernel("consume", 0, 1, {0}, {})}),
+      {2, 0, 0, 0}, 4, 0, 0, {-1, 1});
+}
+
+void random_programs(std::uint64_t first_seed, int count, int ops, int streams, int events,
+                     int buffers, bool times, bool races) {
+  int raced = 0, clean = 0;
+  for (int k = 0; k < count; ++k) {
+    const std::uint64_t seed = first_seed + static_cast<std::uint64_t>(k);
+    const Program p = random_program(seed, ops, streams, events, buffers, k % 2 == 0);
+    const Replayed want = device_replay(p);
+    (want.race_op >= 0 ? raced : clean) += 1;
+    if (times && !races && want.race_op >= 0) continue;  // times: programs without a race
+    const std::string diff = analysis_mismatch(p, analyze(p), want, times, races);
+    ASSERT_TRUE(diff.empty()) << "seed " << seed << ": " << diff;
+  }
+  // both kinds of programs were tried, each a fair share
+  EXPECT_GE(raced, count / 5) << raced << " of " << count << " programs race";
+  EXPECT_GE(clean, count / 5) << clean << " of " << count << " programs have no race";
+}
+
+TEST(Analyze, TimesEqualTheDeviceOnRandomPrograms) {
+  random_programs(1000, 150, 24, 2, 2, 2, true, false);
+}
+TEST(Analyze, RacesEqualTheDetectorOnRandomPrograms) {
+  random_programs(5000, 150, 24, 3, 2, 3, false, true);
 }
 
 }  // namespace
