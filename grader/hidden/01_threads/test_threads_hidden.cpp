@@ -1,7 +1,12 @@
 // Hidden tests of 01_threads: edge cases, larger sizes and repetition.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -9,6 +14,7 @@
 #include <numeric>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -163,4 +169,155 @@ TEST(HiddenTrajectories, LargerDataSetAndEdgeShapes) {
   const auto x0 = threads::generate_trajectories(flat, 3);
   ASSERT_EQ(x0.size(), 5u);
   for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(x0[i], threads::initial_state(flat, i));
+}
+
+// ---- promises observed where the order matters ---------------------------------------------------
+
+TEST(HiddenParallelSum, PartialSumsAreAddedInThreadOrder) {
+  // One element per chunk (or none), so each partial sum is exact and only the order in which the
+  // partial sums are added decides the result: 1e16 + 1 rounds back to 1e16 in double.
+  const std::vector<double> data = {1e16, 1.0, -1e16, 1.0, 1.0, 1e16, -1e16, 3.0};
+  for (int k : {8, 11}) {
+    double want = 0.0;
+    for (int t = 0; t < k; ++t) {
+      const auto [b, e] = threads::chunk_bounds(data.size(), k, t);
+      double s = 0.0;
+      for (std::size_t i = b; i < e; ++i) s += data[i];
+      want += s;
+    }
+    double reversed = 0.0;
+    for (auto it = data.rbegin(); it != data.rend(); ++it) reversed += *it;
+    ASSERT_NE(want, reversed) << "the data must tell the orders apart";
+    for (int rep = 0; rep < 20; ++rep) {
+      ASSERT_EQ(threads::parallel_sum(data, k), want)
+          << "n_threads=" << k << ": the partial sums must be added in thread order (0, 1, ...) "
+          << "after joining, whatever order the threads finish in";
+    }
+  }
+}
+
+TEST(HiddenProcesses, EveryChildIsReaped) {
+  // After the calls no child of this process is left, not even a zombie: waitpid(-1, WNOHANG)
+  // finds no child at all (ECHILD).
+  (void)threads::measure_creation_cost(20);
+  errno = 0;
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1)
+      << "measure_creation_cost left a child process behind: waitpid for each child";
+  EXPECT_EQ(errno, ECHILD);
+  (void)threads::write_in_child_process(4, 8);
+  errno = 0;
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1)
+      << "write_in_child_process left a child process behind: wait for the child";
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(HiddenParallelFor, TheFirstOfSeveralDifferentFailuresIsRethrown) {
+  // Four items run at once on four workers (each waits until all four have started). Item 0
+  // throws first; items 1..3, already running, throw three other kinds of exception 80 ms later.
+  // The caller must get item 0's exception, of its own type.
+  for (int rep = 0; rep < 3; ++rep) {
+    std::atomic<int> started{0};
+    auto all_started = [&] {
+      ++started;
+      distlab::Stopwatch wait;
+      while (started.load() < 4 && wait.elapsed_s() < 5.0) std::this_thread::yield();
+    };
+    try {
+      threads::parallel_for(4, 4, [&](std::size_t i) {
+        all_started();
+        if (i == 0) throw std::runtime_error("item 0 failed first");
+        std::this_thread::sleep_for(80ms);
+        if (i == 1) throw std::logic_error("item 1 failed later");
+        if (i == 2) throw 2;
+        throw std::string("item 3 failed later");
+      });
+      ADD_FAILURE() << "no exception reached the caller";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "item 0 failed first");
+    } catch (...) {
+      ADD_FAILURE() << "the caller got a later failure, not the first one (item 0's "
+                       "std::runtime_error): keep the first exception_ptr, never overwrite it";
+    }
+    ASSERT_EQ(started.load(), 4);
+  }
+}
+
+struct NotAStdException {
+  int code;
+};
+
+TEST(HiddenParallelFor, ExceptionsNotDerivedFromStdExceptionReachTheCaller) {
+  try {
+    threads::parallel_for(50, 3, [](std::size_t i) {
+      if (i == 7) throw NotAStdException{7};
+    });
+    ADD_FAILURE() << "the exception thrown by item 7 did not reach the caller";
+  } catch (const NotAStdException& e) {
+    EXPECT_EQ(e.code, 7);
+  }
+  try {
+    threads::parallel_for(5, 2, [](std::size_t i) {
+      if (i == 3) throw 3;
+    });
+    ADD_FAILURE() << "the int thrown by item 3 did not reach the caller";
+  } catch (int code) {
+    EXPECT_EQ(code, 3);
+  }
+}
+
+TEST(HiddenParallelMap, ExceptionsNotDerivedFromStdExceptionReachTheCaller) {
+  std::vector<double> xs(20, 1.0);
+  xs[13] = -1.0;
+  try {
+    (void)threads::parallel_map(
+        xs,
+        [](double x) -> double {
+          if (x < 0) throw NotAStdException{13};
+          return x;
+        },
+        4);
+    ADD_FAILURE() << "the exception thrown by fn did not reach the caller";
+  } catch (const NotAStdException& e) {
+    EXPECT_EQ(e.code, 13);
+  }
+}
+
+TEST(HiddenParallelFor, IdleWorkersTakeTheNextItemSoTheLoadBalances) {
+  // Item 0 sleeps 600 ms, the 59 others 20 ms each. Workers that take the next unclaimed index
+  // share the short items among the three other workers (about 400 ms), so the worker holding
+  // item 0 runs few others; a fixed split (chunks or strides) gives it about 14 more.
+  std::mutex mu;
+  std::vector<std::thread::id> who(60);
+  distlab::Stopwatch sw;
+  threads::parallel_for(60, 4, [&](std::size_t i) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      who[i] = std::this_thread::get_id();
+    }
+    std::this_thread::sleep_for(i == 0 ? 600ms : 20ms);
+  });
+  const double elapsed = sw.elapsed_s();
+  const auto with_item_0 = std::count(who.begin() + 1, who.end(), who[0]);
+  EXPECT_LE(with_item_0, 4) << "the worker that held the 600 ms item 0 also ran " << with_item_0
+                            << " of the 59 short items: each worker must take the next unclaimed "
+                               "index when it is free, not a fixed share of the items";
+  EXPECT_LT(elapsed, 0.6 + 0.2) << "60 items on 4 workers took " << elapsed * 1e3 << " ms";
+}
+
+TEST(HiddenParallelFor, EveryIndexOnceUnderHeavyContention) {
+  // Items that do nothing, so the workers spend their time claiming indices: a claim that is not
+  // one atomic read-modify-write (a load, then a store) hands some index to two workers, or
+  // skips one, often enough to show in millions of claims.
+  const std::size_t n = 1u << 22;
+  std::vector<std::uint8_t> hits(n);
+  for (int rep = 0; rep < 4; ++rep) {
+    std::fill(hits.begin(), hits.end(), std::uint8_t{0});
+    threads::parallel_for(n, 8, [&](std::size_t i) {
+      std::atomic_ref<std::uint8_t>(hits[i]).fetch_add(1, std::memory_order_relaxed);
+    });
+    const auto once = std::count(hits.begin(), hits.end(), std::uint8_t{1});
+    ASSERT_EQ(static_cast<std::size_t>(once), n)
+        << n - static_cast<std::size_t>(once)
+        << " indices ran twice or never: claim each index with one atomic fetch_add";
+  }
 }

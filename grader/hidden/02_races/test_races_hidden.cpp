@@ -180,3 +180,20 @@ TEST(HiddenRandomStreams, SixteenRanksAsThreadsRepeatedly) {
     ASSERT_EQ(got, ref) << "round " << round;
   }
 }
+
+TEST(HiddenRandomStreams, ShuffleIsTheDocumentedFisherYatesForManySizesAndSeeds) {
+  // races.hpp: start from p = 0, 1, ..., n-1, then for i = n-1 down to 1: j = gen() % (i + 1),
+  // swap(p[i], p[j]). Many sizes and seeds, so that every draw (the last one, at i = 1, too)
+  // changes the result for some of them.
+  for (std::size_t n : {2u, 3u, 5u, 17u, 64u}) {
+    for (std::uint64_t seed = 0; seed < 24; ++seed) {
+      std::vector<std::size_t> want(n);
+      for (std::size_t i = 0; i < n; ++i) want[i] = i;
+      auto gen = races::make_stream(seed, 0, races::Purpose::Shuffle);
+      for (std::size_t i = n; i-- > 1;) std::swap(want[i], want[gen() % (i + 1)]);
+      ASSERT_EQ(races::shuffle_order(n, seed, 3), want)
+          << "n = " << n << ", seed = " << seed
+          << ": not the Fisher-Yates order races.hpp documents (i from n-1 down to 1)";
+    }
+  }
+}

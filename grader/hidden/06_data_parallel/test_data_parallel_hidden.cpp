@@ -1,6 +1,13 @@
 // 06_data_parallel, instructor-only: more world sizes, the root perturbed, a mid-size bucket cap.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "distlab/todo.hpp"
 #include "dp_harness.hpp"
 
 using dptest::Mode;
@@ -53,4 +60,85 @@ TEST(HiddenMyDP, MidCapBucketsTrainCorrectly) {
       log.fail(dist::rank(), "replicas drifted apart");
   });
   for (const auto& f : log.failures()) ADD_FAILURE() << f;
+}
+
+TEST(HiddenCloseness, EqualReplicasAreCloseWithZeroWeightsAndZeroTolerance) {
+  // |x_r - x_0| <= rtol * max(|x_r|, |x_0|) holds with equality for equal values: a weight that
+  // is 0 on every rank, or rtol = 0, still leaves identical replicas close (a strict < does not).
+  // Both sides: with rtol = 0 the smallest difference is not close.
+  std::mutex mu;
+  std::vector<int> zero_weight(3, -1), zero_rtol(3, -1), zero_rtol_perturbed(3, -1);
+  distlab::testing::run_ranks(3, [&] {
+    mlp::MLP model(dptest::small_config(), 5);
+    model.parameters()[0]->value(0, 0) = 0.0f;
+    model.parameters()[1]->value.row(1).setZero();
+    const bool a = dp::check_parameter_closeness(model, 1e-5f);
+    const bool b = dp::check_parameter_closeness(model, 0.0f);
+    if (dist::rank() == 2) {
+      float& w = model.parameters()[1]->value(2, 2);
+      w = std::nextafter(w, 2.0f * w);
+    }
+    const bool c = dp::check_parameter_closeness(model, 0.0f);
+    std::lock_guard<std::mutex> g(mu);
+    zero_weight[static_cast<std::size_t>(dist::rank())] = a;
+    zero_rtol[static_cast<std::size_t>(dist::rank())] = b;
+    zero_rtol_perturbed[static_cast<std::size_t>(dist::rank())] = c;
+  });
+  for (int r = 0; r < 3; ++r) {
+    const auto k = static_cast<std::size_t>(r);
+    EXPECT_EQ(zero_weight[k], 1) << "rank " << r << ": identical replicas with some weights 0, "
+                                 << "rtol 1e-5 (|0 - 0| <= rtol * 0 holds)";
+    EXPECT_EQ(zero_rtol[k], 1) << "rank " << r << ": identical replicas, rtol 0";
+    EXPECT_EQ(zero_rtol_perturbed[k], 0)
+        << "rank " << r << ": rank 2 differs by one ulp in one weight, rtol 0";
+  }
+}
+
+TEST(HiddenMyDP, FinishLeavesTheBucketsReadyForTheNextBackwardOnly) {
+  // After finish_gradient_sync every bucket is back to "not started": a second finish without a
+  // backward in between throws (no hook fired), and the next backward + finish averages again.
+  const mlp::Config c = dptest::small_config();
+  for (std::size_t cap : {std::size_t{0}, dp::kDefaultBucketCap}) {
+    distlab::testing::RankLog log;
+    distlab::testing::run_ranks(3, [&] {
+      const int r = dist::rank();
+      mlp::MLP model(c, 7);
+      dp::MyDP wrapped(model, cap);
+      mlp::Matrix probs, dlogits;
+      for (int step = 0; step < 2; ++step) {
+        const mlp::Matrix x = mlp::Matrix::Constant(
+            c.batch_size, c.dim_in, 0.1f * static_cast<float>(r + 1) + 0.05f * static_cast<float>(step));
+        const mlp::Labels y(static_cast<std::size_t>(c.batch_size), (r + step) % c.n_classes);
+        mlp::softmax_cross_entropy_forward(model.forward(x), y, probs);
+        mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+        model.backward(dlogits);
+        std::vector<mlp::Matrix> mean;
+        for (auto* p : model.parameters()) {
+          mlp::Matrix g = p->grad;
+          dist::all_reduce(std::span<float>(g.data(), static_cast<std::size_t>(g.size())),
+                           dist::ReduceOp::Avg);
+          mean.push_back(std::move(g));
+        }
+        wrapped.finish_gradient_sync();
+        const auto params = model.parameters();
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          if (!((params[i]->grad - mean[i]).cwiseAbs().maxCoeff() <=
+                1e-5f * (1.0f + mean[i].cwiseAbs().maxCoeff()))) {
+            log.fail(r, "cap " + std::to_string(cap) + ", step " + std::to_string(step) +
+                            ": parameter " + std::to_string(i) + " is not the mean gradient");
+          }
+        }
+        try {
+          wrapped.finish_gradient_sync();
+          log.fail(r, "cap " + std::to_string(cap) + ", step " + std::to_string(step) +
+                          ": a second finish_gradient_sync without backward must throw (no "
+                          "bucket was started since the last one)");
+        } catch (const distlab::NotImplemented&) {
+          throw;
+        } catch (const std::logic_error&) {
+        }
+      }
+    });
+    for (const auto& f : log.failures()) ADD_FAILURE() << f;
+  }
 }

@@ -161,14 +161,15 @@ TEST(HiddenAsync, StragglerTwoWorkers) {
   pc.straggler = 4;
   double t[2] = {0, 0};
   for (ps::Mode m : {ps::Mode::Sync, ps::Mode::Async}) {
+    pc.mode = m;
     std::mutex mu;
     run_ranks(threads_options(3, 20000), [&] {
       const ps::RunResult r = ps::train_ps(pc, data_for(pc.model));
       std::lock_guard<std::mutex> g(mu);
       if (dist::rank() == 0) t[m == ps::Mode::Sync ? 0 : 1] = r.sim_s;
     });
-    pc.mode = ps::Mode::Async;
   }
+  EXPECT_GE(t[0], 8 * 4 * 2e-3) << "sync waits for the 4x straggler every step";
   EXPECT_LT(t[1], 0.75 * t[0]) << "async " << t[1] << " s vs sync " << t[0] << " s";
 }
 
@@ -187,7 +188,8 @@ TEST(HiddenSsp, OtherBoundsAndWorkers) {
   for (auto [workers, s] : {std::pair{5, 2}, std::pair{4, 0}, std::pair{2, 4}}) {
     const AsyncRun run = run_async(c, data_for(c), workers, 40, s, 1e-3, 5.0);
     ASSERT_EQ(run.log.source.size(), 40u);
-    EXPECT_LE(run.log.max_lead, s) << workers << " workers, s=" << s;
+    EXPECT_EQ(run.log.max_lead, s) << workers << " workers, s=" << s
+                                   << ": ServerLog::max_lead is the largest lead when released";
     EXPECT_EQ(replayed_max_lead(run.log, workers), s) << workers << " workers, s=" << s;
   }
 }
@@ -198,6 +200,43 @@ TEST(HiddenSsp, AnUnreachableBoundIsAsync) {
   const AsyncRun b = run_async(c, data_for(c), 3, 20, 1000, 1e-3, 2.0);
   EXPECT_EQ(a.log.source, b.log.source);
   EXPECT_EQ(a.weights, b.weights);
+}
+
+TEST(HiddenAsyncCallback, OnUpdateGetsEachNewVersionAndItsWeights) {
+  // ps.hpp: on_update is "called after each applied update with the new version and weights".
+  const mlp::Config c = other_config();
+  for (int s : {-1, 1}) {
+    const AsyncRun run = run_async(c, data_for(c), 3, 12, s, 1e-3, 3.0);
+    ASSERT_EQ(run.log.source.size(), 12u);
+    std::vector<int> want(12);
+    for (int i = 0; i < 12; ++i) want[static_cast<std::size_t>(i)] = i + 1;
+    EXPECT_EQ(run.update_versions, want)
+        << "s=" << s << ": on_update gets the new version (1 after the first update)";
+    ASSERT_EQ(run.update_weights.size(), 12u);
+    EXPECT_EQ(run.update_weights.back(), run.weights)
+        << "s=" << s << ": the last call sees the weights after the last update";
+    for (std::size_t i = 0; i < 12; ++i) {
+      ps::ServerLog first;
+      first.source.assign(run.log.source.begin(), run.log.source.begin() + static_cast<std::ptrdiff_t>(i + 1));
+      first.staleness.assign(run.log.staleness.begin(),
+                             run.log.staleness.begin() + static_cast<std::ptrdiff_t>(i + 1));
+      const std::vector<float> after = replay_async(c, data_for(c), 3, first);
+      EXPECT_TRUE(distlab::testing::elements_near(run.update_weights[i], after, kRelTol, kAbsTol))
+          << "s=" << s << ": call " << i + 1 << " must see the weights after update " << i + 1;
+    }
+  }
+}
+
+TEST(HiddenSsp, ReleasedWorkersAreAnsweredInWorkerOrder) {
+  // Lock-step (s = 0) with equal workers: each round ends with the last push, then the server
+  // answers the three waiting workers in worker order, so their next pushes arrive in that order.
+  const mlp::Config c = other_config();
+  const AsyncRun run = run_async(c, data_for(c), 3, 15, 0, 1e-3, 1.0);
+  ASSERT_EQ(run.log.source.size(), 15u);
+  for (std::size_t i = 0; i < 15; ++i) {
+    EXPECT_EQ(run.log.source[i], 1 + static_cast<int>(i % 3))
+        << "update " << i << ": released together, the workers are answered in worker order";
+  }
 }
 
 }  // namespace

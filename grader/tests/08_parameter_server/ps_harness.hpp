@@ -168,6 +168,8 @@ struct AsyncRun {
   std::vector<float> weights;  // the server's final weights
   std::vector<int> pushed;     // per worker: gradients pushed (async_worker's return)
   std::vector<dist::Stats> stats;
+  std::vector<int> update_versions;                // what options.on_update was called with
+  std::vector<std::vector<float>> update_weights;  // (version, weights), in call order
 };
 
 inline AsyncRun run_async(const mlp::Config& c, const datasets::Split& data, int workers,
@@ -192,10 +194,18 @@ inline AsyncRun run_async(const mlp::Config& c, const datasets::Split& data, int
       o.updates = updates;
       o.staleness = staleness;
       o.learning_rate = c.learning_rate;
+      std::vector<int> versions;
+      std::vector<std::vector<float>> seen;
+      o.on_update = [&](int version, std::span<const float> weights) {
+        versions.push_back(version);
+        seen.emplace_back(weights.begin(), weights.end());
+      };
       ps::ServerLog log = ps::async_server(w, o, layout);
       std::lock_guard<std::mutex> g(mu);
       run.log = std::move(log);
       run.weights = w;
+      run.update_versions = std::move(versions);
+      run.update_weights = std::move(seen);
     } else {
       const int k = layout.worker_index(rank);
       ps::GradientSource source(pc, data, k, layout.workers(), ps::compute_factor(pc, layout, k));

@@ -113,6 +113,24 @@ void step_time(int workers, int servers) {
   const double want = ps::formula_server_step(workers, servers, n, net);
   EXPECT_NEAR(got, want, 0.01 * want)
       << sync_name(workers, servers) << ": (2w + k - 1)(alpha + (n/k) beta)";
+
+  // With a reduction cost gamma > 0 the server sums the workers' parts with dist::reduce_into,
+  // which charges each reduction of a shard (4 (n/k) gamma) to its clock: at least the one after
+  // the last part arrives, at most all w of them after the arrivals.
+  dist::NetworkModel slow = net;
+  slow.reduce_Bps = 4e9;  // one reduction of a shard: a quarter of its message's bandwidth time
+  const double red = 4.0 * static_cast<double>(n / static_cast<std::size_t>(servers)) /
+                     slow.reduce_Bps;
+  const double with_gamma = ps::measure_server_step(workers, servers, n, slow);
+  EXPECT_GE(with_gamma, want + 0.99 * red)
+      << sync_name(workers, servers) << ", gamma = 1/" << slow.reduce_Bps << " s/B: the step took "
+      << with_gamma * 1e6 << " us, not even one reduction of a shard (" << red * 1e6
+      << " us) more than without reduction cost (" << want * 1e6
+      << " us): sum the workers' parts with dist::reduce_into, which charges the reduction";
+  EXPECT_LE(with_gamma, 1.01 * (want + workers * red))
+      << sync_name(workers, servers) << ", gamma = 1/" << slow.reduce_Bps << " s/B: the step took "
+      << with_gamma * 1e6 << " us, more than the messages and all " << workers
+      << " reductions one after another (" << (want + workers * red) * 1e6 << " us)";
 }
 
 TEST(SimulatedTime, OneServerIsTwoWMessageTimes) {
@@ -242,6 +260,11 @@ TEST(Ssp, MayProceedRule) {
   EXPECT_TRUE(ps::ssp_may_proceed(5, 3, 2));
   EXPECT_FALSE(ps::ssp_may_proceed(6, 3, 2));
   EXPECT_TRUE(ps::ssp_may_proceed(100, 0, -1));
+  EXPECT_TRUE(ps::ssp_may_proceed(100, 0, -2)) << "every staleness < 0 is fully asynchronous";
+  EXPECT_TRUE(ps::ssp_may_proceed(7, 3, -100)) << "every staleness < 0 is fully asynchronous";
+  EXPECT_FALSE(ps::ssp_may_proceed(1, 0, 0)) << "staleness 0 is lock-step";
+  EXPECT_TRUE(ps::ssp_may_proceed(3, 0, 3));
+  EXPECT_FALSE(ps::ssp_may_proceed(4, 0, 3));
 }
 
 TEST(Ssp, BoundIsNeverExceededAndIsReached) {
@@ -249,7 +272,10 @@ TEST(Ssp, BoundIsNeverExceededAndIsReached) {
   for (int s : {0, 1, 3}) {
     const AsyncRun run = run_async(c, small_data(), 3, 36, s, 1e-3, 4.0);
     ASSERT_EQ(run.log.source.size(), 36u) << "s=" << s;
-    EXPECT_LE(run.log.max_lead, s) << "s=" << s;
+    EXPECT_LE(run.log.max_lead, s) << "s=" << s << ": ServerLog::max_lead exceeds the bound";
+    EXPECT_EQ(run.log.max_lead, s)
+        << "s=" << s << ": with a 4x straggler the fast workers are released exactly s pushes "
+        << "ahead of the slowest, so ServerLog::max_lead (the largest lead when released) is s";
     EXPECT_EQ(replayed_max_lead(run.log, 3), s)
         << "s=" << s << ": with a 4x straggler the fast workers must run exactly s pushes ahead";
   }
