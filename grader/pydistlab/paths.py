@@ -15,7 +15,7 @@ BUILD = ROOT / "build"
 #: What the student repository leaves out (`./distlab release`); the grader's clean copies leave it
 #: out too (the hidden tests excepted, when they are graded), so a submission's compile cannot read it.
 LEFT_OUT = ("solutions/", "grader/hidden/", "grader/mutants/", "grader/selftest/", "grader/gradescope/",
-            "docs/instructor-guide.md", "docs/authoring.md", "bench/make_submissions.py",
+            "grader/answers/", "docs/instructor-guide.md", "docs/authoring.md", "bench/make_submissions.py",
             "bench/sandbox_overhead.py")
 
 #: Extensions of the C++ files in which solution markers are recognised.

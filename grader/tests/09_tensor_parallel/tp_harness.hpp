@@ -1,12 +1,15 @@
 // Shared by the public, hidden and MPI tests of 09_tensor_parallel: training on a tp x dp grid
-// against single-process training of the same model on the same batches with the same momentum
-// SGD (the oracle: 05's MLP through its public header), and the measured references of the
-// traffic checks (the built-in all-reduce of the same size on the same group).
+// against single-process training of the same model on the same batches with Adam (the oracle:
+// 05's MLP through its public header, and Adam written here in double precision, independently of
+// layout.hpp's given Adam and of the student's ZeRO), and the measured references of the traffic
+// checks (the built-in all-reduce of the same size on the same group).
 //
 // Values tolerance: per weight |grid - single| <= 1e-5 + 1e-4 |single| after every step. Summing a
 // product over the TP group, or averaging over the DP group, changes only the float rounding
 // (relative ~1e-6 here after a few steps), while every plausible mistake (a missing or extra sum, a
-// sum instead of a mean, a wrong shard) moves weights by far more than that.
+// sum instead of a mean, a wrong shard) moves weights by far more than that. Adam moves every
+// weight by about the learning rate (0.01) per step whatever the gradient's size, so a wrong bias
+// correction or step counter shows in every element.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -40,7 +43,7 @@ inline mlp::Config tiny_config(int hidden = 10, int n_layers = 4, int batch_size
   c.train_size = 256;
   c.test_size = 16;
   c.batch_size = batch_size;
-  c.learning_rate = 0.1f;
+  c.learning_rate = 0.01f;  // Adam's step size
   c.seed = 11;
   c.activation = a;
   return c;
@@ -76,34 +79,38 @@ inline const datasets::Split& data_for(const mlp::Config& c) {
   return *slot;
 }
 
-/// The oracle: every full weight after each of `steps` steps of single-process momentum SGD on
-/// the whole batch (weights[t][i]: layer i after step t).
-inline std::vector<std::vector<mlp::Matrix>> oracle(const mlp::Config& c, float momentum,
-                                                    int steps) {
+/// The oracle: every full weight after each of `steps` steps of single-process Adam on the whole
+/// batch (weights[t][i]: layer i after step t). Adam as torch.optim.Adam defines it, with the
+/// moments and the bias correction in double; t counts optimizer steps from 1.
+inline std::vector<std::vector<mlp::Matrix>> oracle(const tp::TpConfig& tc, int steps) {
+  const mlp::Config& c = tc.model;
   const datasets::Split& data = data_for(c);
   mlp::MLP model(c, c.seed + 2);
   const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
   mlp::Matrix x, probs, dlogits;
   mlp::Labels y;
-  std::vector<mlp::Matrix> v;
-  for (const mlp::Parameter* p : model.parameters())
-    v.push_back(mlp::Matrix::Zero(p->value.rows(), p->value.cols()));
+  std::vector<Eigen::ArrayXd> m, v;
+  for (const mlp::Parameter* p : model.parameters()) {
+    m.push_back(Eigen::ArrayXd::Zero(p->value.size()));
+    v.push_back(Eigen::ArrayXd::Zero(p->value.size()));
+  }
+  const double b1 = tc.beta1, b2 = tc.beta2, eps = tc.eps, lr = c.learning_rate;
   std::vector<std::vector<mlp::Matrix>> out;
   for (int t = 0; t < steps; ++t) {
     loader.load(t, x, y);
     mlp::softmax_cross_entropy_forward(model.forward(x), y, probs);
     mlp::softmax_cross_entropy_backward(probs, y, dlogits);
     model.backward(dlogits);
+    const double correct1 = 1.0 - std::pow(b1, t + 1), correct2 = 1.0 - std::pow(b2, t + 1);
     std::vector<mlp::Matrix> w;
     std::size_t i = 0;
     for (mlp::Parameter* p : model.parameters()) {
-      float* value = p->value.data();
-      const float* g = p->grad.data();
-      float* vel = v[i].data();
-      for (Eigen::Index k = 0; k < p->value.size(); ++k) {
-        vel[k] = momentum * vel[k] + g[k];
-        value[k] -= c.learning_rate * vel[k];
-      }
+      const Eigen::ArrayXd g =
+          Eigen::Map<const Eigen::ArrayXf>(p->grad.data(), p->grad.size()).cast<double>();
+      m[i] = b1 * m[i] + (1.0 - b1) * g;
+      v[i] = b2 * v[i] + (1.0 - b2) * g.square();
+      const Eigen::ArrayXd step = lr * (m[i] / correct1) / ((v[i] / correct2).sqrt() + eps);
+      Eigen::Map<Eigen::ArrayXf>(p->value.data(), p->value.size()) -= step.cast<float>();
       w.push_back(p->value);
       ++i;
     }
@@ -149,7 +156,7 @@ inline std::vector<RankRun> run_grid(const tp::TpConfig& c, int steps, int timeo
 /// Expects every rank's shards to equal the matching slices of the oracle after every step.
 inline void expect_values(const tp::TpConfig& c, int steps = 3) {
   SCOPED_TRACE(config_name(c));
-  const auto ref = oracle(c.model, c.momentum, steps);
+  const auto ref = oracle(c, steps);
   const auto runs = run_grid(c, steps);
   int checked = 0;
   for (std::size_t r = 0; r < runs.size(); ++r) {
