@@ -208,6 +208,70 @@ TEST(Grid, ShapeThatIsNotTheWorldIsRefused) {
   });
 }
 
+// ---- average_gradients on its own ----------------------------------------------------------------
+
+/// Every rank fills its gradients with values of its own (world rank, parameter, element); after
+/// average_gradients each must be the mean over the ranks of its DP group (the test's arithmetic),
+/// sent as one all-reduce per gradient, to the DP group only. Adam steps do not see a gradient's
+/// scale (m / sqrt(v)), so the values tests alone cannot tell a sum from a mean: this test does.
+void average_case(int t, int d) {
+  SCOPED_TRACE("tp " + std::to_string(t) + " x dp " + std::to_string(d));
+  // The largest parameter (7 x 5 = 35 floats) is divisible by neither 2, 3 nor 4.
+  const std::vector<std::pair<int, int>> shapes = {{7, 5}, {3, 3}, {1, 1}, {2, 4}};
+  auto value = [](int rank, std::size_t param, Eigen::Index e) {
+    return static_cast<float>(rank * 3 + 1) * 0.25f + static_cast<float>(param) -
+           0.125f * static_cast<float>(e);
+  };
+  run_ranks(test_options(t * d), [&] {
+    const tp::Grid g = tp::make_grid(t, d);
+    std::vector<mlp::Parameter> params(shapes.size());
+    std::vector<mlp::Parameter*> ptrs;
+    std::uint64_t bytes = 0, messages = 0;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      params[i].value = mlp::Matrix::Zero(shapes[i].first, shapes[i].second);
+      params[i].grad.resize(shapes[i].first, shapes[i].second);
+      for (Eigen::Index e = 0; e < params[i].grad.size(); ++e)
+        params[i].grad.data()[e] = value(dist::rank(), i, e);
+      ptrs.push_back(&params[i]);
+      const auto [b, m] =
+          all_reduce_cost(static_cast<std::size_t>(params[i].grad.size()), g.dp_group);
+      bytes += b;
+      messages += m;
+    }
+    dist::barrier();
+    dist::reset_stats();
+    tp::average_gradients(ptrs, g);
+    const dist::Stats s = dist::stats();
+    const std::vector<int> column = expected_dp_ranks(t, d, dist::rank());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      for (Eigen::Index e = 0; e < params[i].grad.size(); ++e) {
+        double mean = 0;
+        for (int q : column) mean += value(q, i, e);
+        mean /= static_cast<double>(column.size());
+        ASSERT_NEAR(params[i].grad.data()[e], mean, 1e-5 * (1 + std::abs(mean)))
+            << "rank " << dist::rank() << ", parameter " << i << " element " << e
+            << ": the mean over the DP group (world ranks " << ::testing::PrintToString(column)
+            << ")";
+      }
+    }
+    EXPECT_EQ(s.builtin_collectives, shapes.size()) << "one all-reduce per gradient";
+    EXPECT_EQ(s.bytes_sent, bytes) << "one all-reduce of each gradient on the DP group";
+    EXPECT_EQ(s.messages_sent, messages) << "one all-reduce of each gradient on the DP group";
+    for (int q = 0; q < dist::world_size(); ++q) {
+      if (g.dp_group.group_rank(q) < 0) {
+        EXPECT_EQ(s.bytes_sent_to[static_cast<std::size_t>(q)], 0u)
+            << "sent to rank " << q << ", outside the DP group";
+      }
+    }
+  });
+}
+
+TEST(AverageGradients, MeanOverTheDpGroupOnly) {
+  for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {1, 3}, {2, 3}, {1, 4}}) {
+    average_case(t, d);
+  }
+}
+
 // ---- values -------------------------------------------------------------------------------------
 
 TEST(Values, TensorParallel) {
