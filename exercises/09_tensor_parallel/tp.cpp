@@ -3,6 +3,7 @@
 #include "tp.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -68,14 +69,14 @@ void average_gradients(std::span<mlp::Parameter* const> params, const Grid& grid
 
 // ---- Task 3 ------------------------------------------------------------------------------------
 
-ZeroOptimizer::ZeroOptimizer(std::vector<mlp::Parameter*> params, const SgdConfig& config,
+ZeroOptimizer::ZeroOptimizer(std::vector<mlp::Parameter*> params, const AdamConfig& config,
                              const dist::Group& dp, int stage)
     : params_(std::move(params)), config_(config), dp_(dp), stage_(stage) {
   if (stage != 1 && stage != 2) {
     throw std::invalid_argument("ZeroOptimizer: stage must be 1 or 2, not " +
                                 std::to_string(stage));
   }
-  DISTLAB_TODO("allocate this rank's state (velocity and gradient chunks, one scratch buffer for "
+  DISTLAB_TODO("allocate this rank's state (moment and gradient chunks, one scratch buffer for "
                "the largest padded parameter) and, for stage 2, the hooks (layout.hpp: "
                "ZeroOptimizer)");
 }
@@ -86,9 +87,10 @@ void ZeroOptimizer::reduce_gradient(std::size_t i) {
 }
 
 void ZeroOptimizer::step() {
-  DISTLAB_TODO("(stage 1: reduce every gradient first), then update this rank's chunk of each "
-               "parameter with its chunk of the velocity, and give every DP rank the whole new "
-               "parameter (layout.hpp: ZeroOptimizer; SgdConfig: the update)");
+  DISTLAB_TODO("(stage 1: reduce every gradient first), then one Adam step on this rank's chunk "
+               "of each parameter with its chunks of m and v, and give every DP rank the whole "
+               "new parameter (layout.hpp: ZeroOptimizer; AdamConfig: the update and its step "
+               "counter)");
 }
 
 }  // namespace tp

@@ -2,6 +2,7 @@
 #include "train.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <sstream>
@@ -21,28 +22,35 @@ Range shard_range(std::size_t n, int parts, int index) {
 
 // ---- optimizers (the given parts) -------------------------------------------------------------
 
-MomentumSGD::MomentumSGD(std::vector<mlp::Parameter*> params, const SgdConfig& config)
+Adam::Adam(std::vector<mlp::Parameter*> params, const AdamConfig& config)
     : params_(std::move(params)), config_(config) {
   for (const mlp::Parameter* p : params_) {
-    velocity_.emplace_back(static_cast<std::size_t>(p->numel()), 0.0f);
+    m_.emplace_back(static_cast<std::size_t>(p->numel()), 0.0f);
+    v_.emplace_back(static_cast<std::size_t>(p->numel()), 0.0f);
   }
 }
 
-void MomentumSGD::step() {
+void Adam::step() {
+  ++t_;
+  const float c1 = 1.0f - std::pow(config_.beta1, static_cast<float>(t_));
+  const float c2 = 1.0f - std::pow(config_.beta2, static_cast<float>(t_));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     float* w = params_[i]->value.data();
     const float* g = params_[i]->grad.data();
-    std::vector<float>& v = velocity_[i];
-    for (std::size_t k = 0; k < v.size(); ++k) {
-      v[k] = config_.momentum * v[k] + g[k];
-      w[k] -= config_.learning_rate * v[k];
+    std::vector<float>& m = m_[i];
+    std::vector<float>& v = v_[i];
+    for (std::size_t k = 0; k < m.size(); ++k) {
+      m[k] = config_.beta1 * m[k] + (1.0f - config_.beta1) * g[k];
+      v[k] = config_.beta2 * v[k] + (1.0f - config_.beta2) * g[k] * g[k];
+      w[k] -= config_.learning_rate * (m[k] / c1) / (std::sqrt(v[k] / c2) + config_.eps);
     }
   }
 }
 
-std::int64_t MomentumSGD::state_bytes() const {
+std::int64_t Adam::state_bytes() const {
   std::int64_t b = 0;
-  for (const auto& v : velocity_) b += static_cast<std::int64_t>(v.capacity() * sizeof(float));
+  for (const auto& m : m_) b += static_cast<std::int64_t>(m.capacity() * sizeof(float));
+  for (const auto& v : v_) b += static_cast<std::int64_t>(v.capacity() * sizeof(float));
   return b;
 }
 
@@ -67,7 +75,8 @@ Range ZeroOptimizer::shard(std::size_t i) const {
 
 std::int64_t ZeroOptimizer::state_bytes() const {
   std::int64_t b = 0;
-  for (const auto& v : velocity_) b += static_cast<std::int64_t>(v.capacity() * sizeof(float));
+  for (const auto& m : m_) b += static_cast<std::int64_t>(m.capacity() * sizeof(float));
+  for (const auto& v : v_) b += static_cast<std::int64_t>(v.capacity() * sizeof(float));
   return b;
 }
 
@@ -105,7 +114,9 @@ void TpConfig::validate(int world) const {
          "gradient of the batch");
   }
   if (zero < 0 || zero > 2) fail("zero must be 0, 1 or 2");
-  if (momentum < 0 || momentum >= 1) fail("momentum must lie in [0, 1)");
+  if (!(beta1 >= 0 && beta1 < 1)) fail("beta1 must lie in [0, 1), not " + std::to_string(beta1));
+  if (!(beta2 >= 0 && beta2 < 1)) fail("beta2 must lie in [0, 1), not " + std::to_string(beta2));
+  if (!(eps > 0)) fail("eps must be positive, not " + std::to_string(eps));
 }
 
 std::string TpConfig::name() const {
@@ -200,9 +211,9 @@ Trainer::Trainer(const TpConfig& config, const datasets::Split& data)
              config.flops_per_s) {
   config_.validate(dist::world_size());
   if (config_.zero == 0) {
-    sgd_ = std::make_unique<MomentumSGD>(model_.parameters(), config_.sgd());
+    adam_ = std::make_unique<Adam>(model_.parameters(), config_.adam());
   } else {
-    zero_ = std::make_unique<ZeroOptimizer>(model_.parameters(), config_.sgd(),
+    zero_ = std::make_unique<ZeroOptimizer>(model_.parameters(), config_.adam(),
                                             model_.grid().dp_group, config_.zero);
   }
 }
@@ -224,7 +235,7 @@ float Trainer::step(std::int64_t t) {
   } else {
     const std::vector<mlp::Parameter*> params = model_.parameters();
     average_gradients(params, g);
-    sgd_->step();
+    adam_->step();
   }
   return loss;
 }
@@ -259,7 +270,7 @@ Memory Trainer::memory() const {
     m.optimizer_state = zero_->state_bytes();
     m.scratch = zero_->scratch_bytes();
   } else {
-    m.optimizer_state = sgd_->state_bytes();
+    m.optimizer_state = adam_->state_bytes();
   }
   return m;
 }
@@ -371,6 +382,32 @@ std::string format_table(const std::vector<TableRow>& rows) {
                   kib(static_cast<std::int64_t>(m.bytes_tp)),
                   kib(static_cast<std::int64_t>(m.bytes_dp)), kib(m.memory.weights),
                   kib(m.memory.gradients), kib(m.memory.optimizer_state), kib(m.memory.scratch));
+    os << line;
+  }
+  return os.str();
+}
+
+std::string format_adam_table(const std::vector<TableRow>& rows) {
+  std::ostringstream os;
+  os << "Adam's state per rank (m and v: 8 bytes per element the rank updates) and the same run "
+        "in\n"
+        "mixed precision (2 + 2 bytes of fp16 weights and gradients, 12 of fp32 master weights, m "
+        "and v):\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-7s %-7s %5s | %9s %9s %8s | %9s | %10s\n", "config",
+                "tp x dp", "zero", "params", "updated", "sharded", "m+v KiB", "mixed KiB");
+  os << line;
+  for (const TableRow& r : rows) {
+    const Memory& m = r.max.memory;
+    const std::int64_t params = m.weights / 4, updated = m.optimizer_state / 8;
+    const std::int64_t grads = r.config.zero == 2 ? updated : params;
+    const std::string grid = std::to_string(r.config.tp) + " x " + std::to_string(r.config.dp);
+    std::snprintf(line, sizeof line, "%-7s %-7s %5d | %9lld %9lld %8.3f | %9.1f | %10.1f\n",
+                  r.label.c_str(), grid.c_str(), r.config.zero, static_cast<long long>(params),
+                  static_cast<long long>(updated),
+                  static_cast<double>(updated) / static_cast<double>(params),
+                  static_cast<double>(m.optimizer_state) / 1024.0,
+                  static_cast<double>(2 * params + 2 * grads + 12 * updated) / 1024.0);
     os << line;
   }
   return os.str();

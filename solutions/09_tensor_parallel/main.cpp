@@ -26,7 +26,7 @@
 int main(int argc, char** argv) {
   tp::TpConfig c;
   c.model.niters = 300;
-  c.model.learning_rate = 0.05f;  // with momentum 0.9: an effective step of about 0.5
+  c.model.learning_rate = 1e-3f;  // Adam's usual step size
   double gflops = 50.0;
   bool table = true;
   CLI::App app{"09_tensor_parallel: tensor x data parallelism and ZeRO on a two-level network"};
@@ -38,10 +38,11 @@ int main(int argc, char** argv) {
   app.add_option("--zero", c.zero, "ZeRO stage: 0 (off), 1 or 2")->check(CLI::Range(0, 2));
   app.add_option("--gflops", gflops, "modelled compute speed per rank (GFLOP/s)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--momentum", c.momentum, "SGD momentum")->check(CLI::Range(0.0, 0.99));
+  app.add_option("--beta1", c.beta1, "Adam's first-moment decay")->check(CLI::Range(0.0, 0.999));
+  app.add_option("--beta2", c.beta2, "Adam's second-moment decay")->check(CLI::Range(0.0, 0.9999));
   app.add_option("--niters", c.model.niters, "training steps")->check(CLI::NonNegativeNumber);
   app.add_option("--batch-size", c.model.batch_size, "rows per step")->check(CLI::PositiveNumber);
-  app.add_option("--lr,--learning-rate", c.model.learning_rate, "SGD step size")
+  app.add_option("--lr,--learning-rate", c.model.learning_rate, "Adam's step size")
       ->check(CLI::PositiveNumber);
   app.add_option("--n-layers", c.model.n_layers, "linear layers (even)")
       ->check(CLI::PositiveNumber);
@@ -66,8 +67,9 @@ int main(int argc, char** argv) {
     const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
     const bool printer = mpi_rank == nullptr || std::string(mpi_rank) == "0";
     if (printer) {
-      std::printf("%stp = %d\ndp = %d\nzero = %d\nmomentum = %g\n\n",
-                  mlp::describe(c.model).c_str(), c.tp, c.dp, c.zero, c.momentum);
+      std::printf(
+          "%soptimizer = Adam (beta1 %g, beta2 %g, eps %g)\ntp = %d\ndp = %d\nzero = %d\n\n",
+          mlp::describe(c.model).c_str(), c.beta1, c.beta2, c.eps, c.tp, c.dp, c.zero);
     }
     std::fflush(stdout);
     dist::launch(launch, [&] {
@@ -106,7 +108,7 @@ int main(int argc, char** argv) {
     for (std::size_t r = 0; r < ranks.size(); ++r) {
       const tp::StepMeasure& m = ranks[r];
       std::printf(
-          "  rank %zu (tp %zu, dp %zu): weights %.1f KiB | gradients %.1f KiB | optimizer state "
+          "  rank %zu (tp %zu, dp %zu): weights %.1f KiB | gradients %.1f KiB | Adam m and v "
           "%.1f KiB | scratch %.1f KiB | sent %.1f KiB (TP group %.1f, DP group %.1f)\n",
           r, r % static_cast<std::size_t>(c.tp), r / static_cast<std::size_t>(c.tp),
           static_cast<double>(m.memory.weights) / 1024.0,
@@ -121,9 +123,11 @@ int main(int argc, char** argv) {
       launch.trace_path.clear();
       std::printf(
           "\none step per rank on the same %d ranks and network (the largest figure over the "
-          "ranks; memory in KiB; the optimizer state is the momentum velocity):\n",
+          "ranks; memory in KiB; the optimizer state is Adam's m and v):\n",
           launch.world_size);
-      std::printf("%s", tp::format_table(tp::comparison_table(c, launch, data)).c_str());
+      const std::vector<tp::TableRow> rows = tp::comparison_table(c, launch, data);
+      std::printf("%s", tp::format_table(rows).c_str());
+      std::printf("\n%s", tp::format_adam_table(rows).c_str());
     }
     return 0;
   });

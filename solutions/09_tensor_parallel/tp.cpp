@@ -3,6 +3,7 @@
 #include "tp.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -104,21 +105,22 @@ void average_gradients(std::span<mlp::Parameter* const> params, const Grid& grid
 
 // ---- Task 3 ------------------------------------------------------------------------------------
 
-ZeroOptimizer::ZeroOptimizer(std::vector<mlp::Parameter*> params, const SgdConfig& config,
+ZeroOptimizer::ZeroOptimizer(std::vector<mlp::Parameter*> params, const AdamConfig& config,
                              const dist::Group& dp, int stage)
     : params_(std::move(params)), config_(config), dp_(dp), stage_(stage) {
   if (stage != 1 && stage != 2) {
     throw std::invalid_argument("ZeroOptimizer: stage must be 1 or 2, not " +
                                 std::to_string(stage));
   }
-  // BEGIN SOLUTION: allocate this rank's state (velocity and gradient chunks, one scratch buffer
+  // BEGIN SOLUTION: allocate this rank's state (moment and gradient chunks, one scratch buffer
   //   for the largest padded parameter) and, for stage 2, the hooks (layout.hpp: ZeroOptimizer)
   const int p = dist::world_size(dp_);
   std::size_t largest = 0;
   for (const mlp::Parameter* q : params_) {
     const std::size_t n = padded(static_cast<std::size_t>(q->numel()), p);
     largest = std::max(largest, n);
-    velocity_.emplace_back(n / static_cast<std::size_t>(p), 0.0f);
+    m_.emplace_back(n / static_cast<std::size_t>(p), 0.0f);
+    v_.emplace_back(n / static_cast<std::size_t>(p), 0.0f);
     grad_shard_.emplace_back(n / static_cast<std::size_t>(p), 0.0f);
   }
   scratch_.assign(largest, 0.0f);
@@ -146,25 +148,31 @@ void ZeroOptimizer::reduce_gradient(std::size_t i) {
 }
 
 void ZeroOptimizer::step() {
-  // BEGIN SOLUTION: (stage 1: reduce every gradient first), then update this rank's chunk of each
-  //   parameter with its chunk of the velocity, and give every DP rank the whole new parameter
-  //   (layout.hpp: ZeroOptimizer; SgdConfig: the update)
+  // BEGIN SOLUTION: (stage 1: reduce every gradient first), then one Adam step on this rank's chunk
+  //   of each parameter with its chunks of m and v, and give every DP rank the whole new parameter
+  //   (layout.hpp: ZeroOptimizer; AdamConfig: the update and its step counter)
   if (stage_ == 1) {
     for (std::size_t i = 0; i < params_.size(); ++i) reduce_gradient(i);
   }
+  ++t_;
+  const float c1 = 1.0f - std::pow(config_.beta1, static_cast<float>(t_));
+  const float c2 = 1.0f - std::pow(config_.beta2, static_cast<float>(t_));
   for (std::size_t i = 0; i < params_.size(); ++i) {
     mlp::Parameter& q = *params_[i];
     const std::size_t n = static_cast<std::size_t>(q.numel());
     const Range mine = shard(i);
-    std::vector<float>& v = velocity_[i];
+    std::vector<float>& m = m_[i];
+    std::vector<float>& v = v_[i];
     const std::vector<float>& g = grad_shard_[i];
     std::copy(q.value.data(), q.value.data() + n, scratch_.begin());
     std::fill(scratch_.begin() + static_cast<std::ptrdiff_t>(n),
               scratch_.begin() + static_cast<std::ptrdiff_t>(padded(n, dist::world_size(dp_))),
               0.0f);
     for (std::size_t k = 0; k < mine.size(); ++k) {
-      v[k] = config_.momentum * v[k] + g[k];
-      scratch_[mine.begin + k] -= config_.learning_rate * v[k];
+      m[k] = config_.beta1 * m[k] + (1.0f - config_.beta1) * g[k];
+      v[k] = config_.beta2 * v[k] + (1.0f - config_.beta2) * g[k] * g[k];
+      scratch_[mine.begin + k] -=
+          config_.learning_rate * (m[k] / c1) / (std::sqrt(v[k] / c2) + config_.eps);
     }
     const std::vector<float> own(scratch_.begin() + static_cast<std::ptrdiff_t>(mine.begin),
                                  scratch_.begin() + static_cast<std::ptrdiff_t>(mine.end));

@@ -17,15 +17,17 @@ namespace tp {
 
 /// The settings of a run: p = tp x dp ranks.
 struct TpConfig {
-  mlp::Config model;          // 05's model, data and settings; n_layers must be even
-  int tp = 1;                 // tensor-parallel ranks per replica (TP group size)
-  int dp = 1;                 // replicas (DP group size); the batch is split over them
-  int zero = 0;               // 0: all-reduce the gradients (average_gradients); 1, 2: ZeRO stage
-  float momentum = 0.9f;      // SGD momentum (learning rate: model.learning_rate)
+  mlp::Config model;   // 05's model, data and settings; n_layers must be even
+  int tp = 1;          // tensor-parallel ranks per replica (TP group size)
+  int dp = 1;          // replicas (DP group size); the batch is split over them
+  int zero = 0;        // 0: all-reduce the gradients (average_gradients); 1, 2: ZeRO stage
+  float beta1 = 0.9f;  // Adam's moment decays and eps (learning rate: model.learning_rate)
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
   double flops_per_s = 50e9;  // modelled compute speed of one rank (the simulated clock)
   /// Throws std::invalid_argument saying which field is wrong, for `world` ranks.
   void validate(int world) const;
-  SgdConfig sgd() const { return SgdConfig{model.learning_rate, momentum}; }
+  AdamConfig adam() const { return AdamConfig{model.learning_rate, beta1, beta2, eps}; }
   std::string name() const;  // "tp 2 x dp 2, zero 1"
 };
 
@@ -80,7 +82,7 @@ class Trainer {
   TpConfig config_;
   datasets::BatchLoader loader_;
   TpMLP model_;
-  std::unique_ptr<MomentumSGD> sgd_;
+  std::unique_ptr<Adam> adam_;
   std::unique_ptr<ZeroOptimizer> zero_;
   Matrix x_, xs_, probs_, dlogits_;
   Labels y_, ys_;
@@ -112,5 +114,11 @@ struct TableRow {
 std::vector<TableRow> comparison_table(const TpConfig& config, const dist::LaunchOptions& launch,
                                        const datasets::Split& data);
 std::string format_table(const std::vector<TableRow>& rows);
+/// Adam's state per rank for the same rows, from the measured memory: params = weights / 4 (the
+/// elements of this rank's shards), updated = optimizer state / 8 (the elements whose m and v this
+/// rank keeps), sharded = updated / params, m+v KiB = 8 updated / 1024, and what the same run
+/// would hold in mixed precision (fp16 weights and gradients, fp32 master weights, m and v):
+/// (2 params + 2 grads + 12 updated) / 1024 KiB, grads = params (zero 0, 1) or updated (zero 2).
+std::string format_adam_table(const std::vector<TableRow>& rows);
 
 }  // namespace tp

@@ -94,18 +94,24 @@ TEST(HiddenMemory, ShardsOverThreeAndFourReplicas) {
         ++params;
       }
       const tp::Memory m = trainer.memory();
-      EXPECT_EQ(m.optimizer_state, chunks) << "rank " << dist::rank();
-      EXPECT_LE(m.optimizer_state * d, full + params * (d - 1) * 4) << "rank " << dist::rank();
+      EXPECT_EQ(m.optimizer_state, 2 * chunks) << "rank " << dist::rank() << ": m and v chunks";
+      EXPECT_LE(m.optimizer_state * d, 2 * (full + params * (d - 1) * 4))
+          << "rank " << dist::rank();
+      EXPECT_EQ(trainer.zero()->steps(), 2) << "Adam's t counts optimizer steps";
       EXPECT_EQ(m.gradients, zero == 2 ? chunks : full + chunks) << "rank " << dist::rank();
-      // The velocity chunk is what the update used: zero in the padding.
-      const auto& v = trainer.zero()->velocity();
+      // The moment chunks are what the update used: zero in the padding (its gradient is 0).
+      const auto& mo = trainer.zero()->m();
+      const auto& sq = trainer.zero()->v();
       const auto params_list = trainer.model().parameters();
-      for (std::size_t i = 0; i < v.size(); ++i) {
+      ASSERT_EQ(mo.size(), params_list.size());
+      ASSERT_EQ(sq.size(), params_list.size());
+      for (std::size_t i = 0; i < mo.size(); ++i) {
         const tp::Range mine = trainer.zero()->shard(i);
         const auto n = static_cast<std::size_t>(params_list[i]->numel());
-        for (std::size_t k = 0; k < v[i].size(); ++k) {
+        for (std::size_t k = 0; k < mo[i].size() && k < sq[i].size(); ++k) {
           if (mine.begin + k >= n) {
-            EXPECT_EQ(v[i][k], 0.0f) << "padding velocity of parameter " << i;
+            EXPECT_EQ(mo[i][k], 0.0f) << "padding m of parameter " << i;
+            EXPECT_EQ(sq[i][k], 0.0f) << "padding v of parameter " << i;
           }
         }
       }

@@ -190,7 +190,85 @@ TEST(Grid, TpGroupsAreConsecutiveRanksDpGroupsTheColumns) {
       EXPECT_EQ(g.dp_group.world_ranks(), expected_dp_ranks(t, d, r));
       EXPECT_EQ(g.tp_group.rank(), r % t);
       EXPECT_EQ(g.dp_group.rank(), r / t);
+      EXPECT_EQ(g.tp_group.name(), "tp" + std::to_string(r / t)) << "rank " << r;
+      EXPECT_EQ(g.dp_group.name(), "dp" + std::to_string(r % t)) << "rank " << r;
     });
+  }
+}
+
+TEST(Grid, ShapeThatIsNotTheWorldIsRefused) {
+  run_ranks(test_options(4), [] {
+    for (auto [t, d] : std::vector<std::pair<int, int>>{{3, 1}, {2, 3}, {0, 4}, {4, 0}, {-2, -2}}) {
+      EXPECT_THROW(tp::make_grid(t, d), std::invalid_argument)
+          << "tp " << t << " x dp " << d << " on 4 ranks";
+    }
+    const tp::Grid g = tp::make_grid(2, 2);  // and the refusals left no half-made group behind
+    EXPECT_EQ(g.tp_group.world_ranks(), expected_tp_ranks(2, 2, dist::rank()));
+    EXPECT_EQ(g.dp_group.world_ranks(), expected_dp_ranks(2, 2, dist::rank()));
+  });
+}
+
+// ---- average_gradients on its own ----------------------------------------------------------------
+
+/// Every rank fills its gradients with values of its own (world rank, parameter, element); after
+/// average_gradients each must be the mean over the ranks of its DP group (the test's arithmetic),
+/// sent as one all-reduce per gradient, to the DP group only. Adam steps do not see a gradient's
+/// scale (m / sqrt(v)), so the values tests alone cannot tell a sum from a mean: this test does.
+void average_case(int t, int d) {
+  SCOPED_TRACE("tp " + std::to_string(t) + " x dp " + std::to_string(d));
+  // The largest parameter (7 x 5 = 35 floats) is divisible by neither 2, 3 nor 4.
+  const std::vector<std::pair<int, int>> shapes = {{7, 5}, {3, 3}, {1, 1}, {2, 4}};
+  auto value = [](int rank, std::size_t param, Eigen::Index e) {
+    return static_cast<float>(rank * 3 + 1) * 0.25f + static_cast<float>(param) -
+           0.125f * static_cast<float>(e);
+  };
+  run_ranks(test_options(t * d), [&] {
+    const tp::Grid g = tp::make_grid(t, d);
+    std::vector<mlp::Parameter> params(shapes.size());
+    std::vector<mlp::Parameter*> ptrs;
+    std::uint64_t bytes = 0, messages = 0;
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      params[i].value = mlp::Matrix::Zero(shapes[i].first, shapes[i].second);
+      params[i].grad.resize(shapes[i].first, shapes[i].second);
+      for (Eigen::Index e = 0; e < params[i].grad.size(); ++e)
+        params[i].grad.data()[e] = value(dist::rank(), i, e);
+      ptrs.push_back(&params[i]);
+      const auto [b, m] =
+          all_reduce_cost(static_cast<std::size_t>(params[i].grad.size()), g.dp_group);
+      bytes += b;
+      messages += m;
+    }
+    dist::barrier();
+    dist::reset_stats();
+    tp::average_gradients(ptrs, g);
+    const dist::Stats s = dist::stats();
+    const std::vector<int> column = expected_dp_ranks(t, d, dist::rank());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      for (Eigen::Index e = 0; e < params[i].grad.size(); ++e) {
+        double mean = 0;
+        for (int q : column) mean += value(q, i, e);
+        mean /= static_cast<double>(column.size());
+        ASSERT_NEAR(params[i].grad.data()[e], mean, 1e-5 * (1 + std::abs(mean)))
+            << "rank " << dist::rank() << ", parameter " << i << " element " << e
+            << ": the mean over the DP group (world ranks " << ::testing::PrintToString(column)
+            << ")";
+      }
+    }
+    EXPECT_EQ(s.builtin_collectives, shapes.size()) << "one all-reduce per gradient";
+    EXPECT_EQ(s.bytes_sent, bytes) << "one all-reduce of each gradient on the DP group";
+    EXPECT_EQ(s.messages_sent, messages) << "one all-reduce of each gradient on the DP group";
+    for (int q = 0; q < dist::world_size(); ++q) {
+      if (g.dp_group.group_rank(q) < 0) {
+        EXPECT_EQ(s.bytes_sent_to[static_cast<std::size_t>(q)], 0u)
+            << "sent to rank " << q << ", outside the DP group";
+      }
+    }
+  });
+}
+
+TEST(AverageGradients, MeanOverTheDpGroupOnly) {
+  for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}, {1, 3}, {2, 3}, {1, 4}}) {
+    average_case(t, d);
   }
 }
 
@@ -200,6 +278,12 @@ TEST(Values, TensorParallel) {
   for (int t : {1, 2, 4}) expect_values(grid_config(tiny_config(8), t, 1, 0));
 }
 TEST(Values, DataParallel) { expect_values(grid_config(tiny_config(8), 1, 2, 0)); }
+// More than two replicas, parameters that dp does not divide (the largest, 11 x 12 = 132 floats,
+// over 5 replicas; every shard of the 2 x 3 grid over 3).
+TEST(Values, DataParallelManyReplicas) {
+  expect_values(grid_config(tiny_config(11, 4, 20), 1, 5, 0));
+  expect_values(grid_config(tiny_config(11, 4, 12), 2, 3, 0));
+}
 TEST(Values, TensorTimesData) { expect_values(grid_config(tiny_config(8), 2, 2, 0)); }
 TEST(Values, HiddenNotDivisibleByTp) {
   expect_values(grid_config(tiny_config(10), 4, 1, 0));
@@ -275,7 +359,11 @@ TEST(Traffic, NothingAcrossTpGroupsInForward) { tp_traffic(2, 2, 8); }
 /// One training step's traffic after a warm-up step, split by destination.
 struct StepTraffic {
   std::uint64_t tp = 0, dp = 0, other = 0, collectives = 0;
+  std::uint64_t tp_expected = 0;  // the built-in all-reduces of the blocks on tp
   std::uint64_t dp_expected = 0;  // the built-in all-reduce of every (padded) parameter on dp
+  // Calls of built-in collectives: the blocks' all-reduces, then per parameter one all-reduce
+  // (average_gradients) or a reduce-scatter and an all-gather (ZeRO).
+  std::uint64_t collectives_expected = 0;
 };
 
 StepTraffic step_traffic(const tp::TpConfig& c, int rank_to_report) {
@@ -284,20 +372,36 @@ StepTraffic step_traffic(const tp::TpConfig& c, int rank_to_report) {
   run_ranks(test_options(c.tp * c.dp), [&] {
     tp::Trainer trainer(c, data_for(c.model));
     trainer.step(0);
-    std::uint64_t expected = 0;
+    const tp::Grid& g = trainer.grid();
+    const auto B = static_cast<std::size_t>(c.model.batch_size / c.dp);
+    std::uint64_t expected = 0, tp_expected = 0, collectives = 0;
+    const std::uint64_t calls0 = dist::stats().builtin_collectives;
+    for (int k = 0; k < c.model.n_layers / 2; ++k) {
+      tp_expected +=
+          all_reduce_cost(B * static_cast<std::size_t>(c.model.layer_out(2 * k + 1)), g.tp_group)
+              .first;
+      if (k > 0) {
+        tp_expected +=
+            all_reduce_cost(B * static_cast<std::size_t>(c.model.layer_in(2 * k)), g.tp_group)
+                .first;
+      }
+    }
+    collectives += dist::stats().builtin_collectives - calls0;
     for (const mlp::Parameter* p : trainer.model().parameters()) {
       const auto n = static_cast<std::size_t>(p->numel());
       expected +=
-          all_reduce_cost(c.zero ? tp::ZeroOptimizer::padded(n, c.dp) : n, trainer.grid().dp_group)
-              .first;
+          all_reduce_cost(c.zero ? tp::ZeroOptimizer::padded(n, c.dp) : n, g.dp_group).first;
+      collectives += c.zero ? 2 : 1;
     }
     dist::barrier();
     dist::reset_stats();
     trainer.step(1);
     const dist::Stats s = dist::stats();
     if (dist::rank() != rank_to_report) return;
-    std::lock_guard<std::mutex> g(mu);
+    std::lock_guard<std::mutex> lock(mu);
     out.dp_expected = expected;
+    out.tp_expected = tp_expected;
+    out.collectives_expected = collectives;
     out.collectives = s.builtin_collectives;
     for (int q = 0; q < dist::world_size(); ++q) {
       const std::uint64_t b = s.bytes_sent_to[static_cast<std::size_t>(q)];
@@ -313,13 +417,22 @@ StepTraffic step_traffic(const tp::TpConfig& c, int rank_to_report) {
   return out;
 }
 
+void expect_gradient_traffic(const tp::TpConfig& c, int r) {
+  SCOPED_TRACE(config_name(c) + ", rank " + std::to_string(r));
+  const StepTraffic s = step_traffic(c, r);
+  EXPECT_EQ(s.other, 0u) << "sent to ranks in neither of its groups";
+  EXPECT_EQ(s.tp, s.tp_expected) << "the blocks' all-reduces, and nothing else, in the TP group";
+  EXPECT_EQ(s.dp, s.dp_expected) << "one all-reduce of every gradient on the DP group";
+  EXPECT_EQ(s.collectives, s.collectives_expected)
+      << "one built-in all-reduce per block and direction on the TP group, then one per "
+         "gradient on the DP group";
+}
+
 TEST(Traffic, GradientsStayInsideTheDpGroup) {
-  for (int r : {0, 3}) {
-    const StepTraffic s = step_traffic(grid_config(tiny_config(8), 2, 2, 0), r);
-    EXPECT_EQ(s.other, 0u) << "rank " << r << " sent to ranks in neither of its groups";
-    EXPECT_EQ(s.dp, s.dp_expected)
-        << "rank " << r << ": one all-reduce of every gradient on the DP group";
-  }
+  for (int r : {0, 3}) expect_gradient_traffic(grid_config(tiny_config(8), 2, 2, 0), r);
+  // More than two replicas, parameters that dp does not divide.
+  expect_gradient_traffic(grid_config(tiny_config(11, 4, 20), 1, 5, 0), 4);
+  expect_gradient_traffic(grid_config(tiny_config(11, 4, 12), 2, 3, 0), 5);
 }
 
 TEST(Traffic, ZeroMovesTheBytesOfAnAllReduce) {
@@ -329,58 +442,92 @@ TEST(Traffic, ZeroMovesTheBytesOfAnAllReduce) {
       SCOPED_TRACE(config_name(c));
       const StepTraffic s = step_traffic(c, t * d - 1);
       EXPECT_EQ(s.other, 0u) << "sent to ranks in neither of its groups";
+      EXPECT_EQ(s.tp, s.tp_expected) << "the blocks' all-reduces in the TP group";
       EXPECT_EQ(s.dp, s.dp_expected) << "reduce-scatter + all-gather of each padded parameter "
                                         "moves what one all-reduce of it moves, no more";
+      EXPECT_EQ(s.collectives, s.collectives_expected)
+          << "per parameter one reduce-scatter and one all-gather on the DP group";
     }
   }
 }
 
+TEST(ZeroOptimizerStage, OnlyStagesOneAndTwo) {
+  run_ranks(test_options(2), [] {
+    mlp::Parameter p;
+    p.value = mlp::Matrix::Zero(3, 3);  // 9 floats: padded to 10, chunks of 5
+    p.grad = mlp::Matrix::Zero(3, 3);
+    for (int stage : {0, 3, -1}) {
+      EXPECT_THROW(tp::ZeroOptimizer({&p}, tp::AdamConfig{}, dist::world(), stage),
+                   std::invalid_argument)
+          << "stage " << stage;
+    }
+    for (int stage : {1, 2}) {
+      const tp::ZeroOptimizer z({&p}, tp::AdamConfig{}, dist::world(), stage);
+      EXPECT_EQ(z.stage(), stage);
+      EXPECT_EQ(z.state_bytes(), static_cast<std::int64_t>(2 * 5 * sizeof(float)))
+          << "stage " << stage << ": m and v, one chunk of 5 floats each";
+    }
+  });
+}
+
 // ---- memory (the kit's containers) --------------------------------------------------------------
 
+/// One rank's measured memory after two steps, and the sizes the tests compute from its shards.
 struct ZeroMemory {
-  std::int64_t state = 0, gradients = 0, unsharded_state = 0, expected_state = 0, full_grads = 0;
+  std::int64_t state = 0, gradients = 0;
+  std::int64_t full = 0;    // bytes of one float per element of the rank's parameters
+  std::int64_t chunks = 0;  // bytes of one float per element of its padded chunks
   std::size_t params = 0;
 };
 
-ZeroMemory zero_memory(const tp::TpConfig& c) {
+ZeroMemory zero_memory(const tp::TpConfig& c, int rank) {
   ZeroMemory out;
   std::mutex mu;
   run_ranks(test_options(c.tp * c.dp), [&] {
     tp::Trainer trainer(c, data_for(c.model));
     trainer.step(0);
     trainer.step(1);
-    if (dist::rank() != c.tp * c.dp - 1) return;
+    if (dist::rank() != rank) return;
     std::lock_guard<std::mutex> g(mu);
     const tp::Memory m = trainer.memory();
     out.state = m.optimizer_state;
     out.gradients = m.gradients;
     for (const std::size_t n : shard_sizes(trainer.model())) {
-      out.unsharded_state += static_cast<std::int64_t>(n * sizeof(float));
-      out.expected_state +=
+      out.full += static_cast<std::int64_t>(n * sizeof(float));
+      out.chunks +=
           static_cast<std::int64_t>(tp::ZeroOptimizer::padded(n, c.dp) / c.dp * sizeof(float));
       ++out.params;
     }
-    out.full_grads = out.unsharded_state;
   });
   return out;
 }
 
 void expect_sharded_state(const tp::TpConfig& c, const ZeroMemory& m) {
-  EXPECT_EQ(m.state, m.expected_state)
-      << "optimizer state: ceil(n / dp) floats of velocity per parameter on each rank";
-  // 1/dp of the unsharded state, within one padded chunk per parameter.
-  const std::int64_t slack = static_cast<std::int64_t>(m.params * (c.dp - 1) * sizeof(float));
-  EXPECT_GE(m.state * c.dp, m.unsharded_state);
-  EXPECT_LE(m.state * c.dp, m.unsharded_state + slack);
+  EXPECT_EQ(m.state, 2 * m.chunks)
+      << "Adam's optimizer state: m and v, ceil(n / dp) floats each per parameter on each rank";
+  // 1/dp of the unsharded state (8 bytes per element), within one padded chunk per parameter.
+  const std::int64_t slack = static_cast<std::int64_t>(2 * m.params * (c.dp - 1) * sizeof(float));
+  EXPECT_GE(m.state * c.dp, 2 * m.full);
+  EXPECT_LE(m.state * c.dp, 2 * m.full + slack);
+}
+
+TEST(Memory, AdamStateIsTwiceTheWeightsWithoutZero) {
+  for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 2}, {2, 1}, {2, 2}}) {
+    const tp::TpConfig c = grid_config(tiny_config(10), t, d, 0);
+    SCOPED_TRACE(config_name(c));
+    const ZeroMemory m = zero_memory(c, t * d - 1);
+    EXPECT_EQ(m.state, 2 * m.full) << "unsharded Adam keeps m and v of every element it holds";
+    EXPECT_EQ(m.gradients, m.full);
+  }
 }
 
 TEST(Memory, ZeroStage1StateIsOneOverDp) {
   for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 2}, {1, 4}, {2, 2}}) {
     const tp::TpConfig c = grid_config(tiny_config(10), t, d, 1);
     SCOPED_TRACE(config_name(c));
-    const ZeroMemory m = zero_memory(c);
+    const ZeroMemory m = zero_memory(c, t * d - 1);
     expect_sharded_state(c, m);
-    EXPECT_EQ(m.gradients, m.full_grads + m.expected_state)
+    EXPECT_EQ(m.gradients, m.full + m.chunks)
         << "stage 1 keeps the full gradients and one reduced chunk per parameter";
   }
 }
@@ -389,9 +536,9 @@ TEST(Memory, ZeroStage2ShardsTheGradients) {
   for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 2}, {2, 2}}) {
     const tp::TpConfig c = grid_config(tiny_config(10), t, d, 2);
     SCOPED_TRACE(config_name(c));
-    const ZeroMemory m = zero_memory(c);
+    const ZeroMemory m = zero_memory(c, t * d - 1);
     expect_sharded_state(c, m);
-    EXPECT_EQ(m.gradients, m.expected_state)
+    EXPECT_EQ(m.gradients, m.chunks)
         << "stage 2 keeps only the reduced chunk of each gradient (the full ones are freed)";
   }
 }

@@ -1,12 +1,15 @@
 // Shared by the public, hidden and MPI tests of 09_tensor_parallel: training on a tp x dp grid
-// against single-process training of the same model on the same batches with the same momentum
-// SGD (the oracle: 05's MLP through its public header), and the measured references of the
-// traffic checks (the built-in all-reduce of the same size on the same group).
+// against single-process training of the same model on the same batches with Adam (the oracle:
+// 05's MLP through its public header, and Adam written here in double precision, independently of
+// layout.hpp's given Adam and of the student's ZeRO), and the measured references of the traffic
+// checks (the built-in all-reduce of the same size on the same group).
 //
 // Values tolerance: per weight |grid - single| <= 1e-5 + 1e-4 |single| after every step. Summing a
 // product over the TP group, or averaging over the DP group, changes only the float rounding
 // (relative ~1e-6 here after a few steps), while every plausible mistake (a missing or extra sum, a
-// sum instead of a mean, a wrong shard) moves weights by far more than that.
+// sum instead of a mean, a wrong shard) moves weights by far more than that. Adam moves every
+// weight by about the learning rate (0.01) per step whatever the gradient's size, so a wrong bias
+// correction or step counter shows in every element.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -40,7 +43,7 @@ inline mlp::Config tiny_config(int hidden = 10, int n_layers = 4, int batch_size
   c.train_size = 256;
   c.test_size = 16;
   c.batch_size = batch_size;
-  c.learning_rate = 0.1f;
+  c.learning_rate = 0.01f;  // Adam's step size
   c.seed = 11;
   c.activation = a;
   return c;
@@ -76,38 +79,54 @@ inline const datasets::Split& data_for(const mlp::Config& c) {
   return *slot;
 }
 
-/// The oracle: every full weight after each of `steps` steps of single-process momentum SGD on
-/// the whole batch (weights[t][i]: layer i after step t).
-inline std::vector<std::vector<mlp::Matrix>> oracle(const mlp::Config& c, float momentum,
-                                                    int steps) {
+/// What single-process Adam holds after each step: weights[t][i], m[t][i], v[t][i] for layer i
+/// after step t (the moments rounded to float, in the weights' shapes).
+struct Oracle {
+  std::vector<std::vector<mlp::Matrix>> weights, m, v;
+};
+
+/// The oracle: every full weight and moment after each of `steps` steps of single-process Adam on
+/// the whole batch. Adam as torch.optim.Adam defines it, with the moments and the bias correction
+/// in double; t counts optimizer steps from 1.
+inline Oracle oracle(const tp::TpConfig& tc, int steps) {
+  const mlp::Config& c = tc.model;
   const datasets::Split& data = data_for(c);
   mlp::MLP model(c, c.seed + 2);
   const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
   mlp::Matrix x, probs, dlogits;
   mlp::Labels y;
-  std::vector<mlp::Matrix> v;
-  for (const mlp::Parameter* p : model.parameters())
-    v.push_back(mlp::Matrix::Zero(p->value.rows(), p->value.cols()));
-  std::vector<std::vector<mlp::Matrix>> out;
+  std::vector<Eigen::ArrayXd> m, v;
+  for (const mlp::Parameter* p : model.parameters()) {
+    m.push_back(Eigen::ArrayXd::Zero(p->value.size()));
+    v.push_back(Eigen::ArrayXd::Zero(p->value.size()));
+  }
+  const double b1 = tc.beta1, b2 = tc.beta2, eps = tc.eps, lr = c.learning_rate;
+  Oracle out;
   for (int t = 0; t < steps; ++t) {
     loader.load(t, x, y);
     mlp::softmax_cross_entropy_forward(model.forward(x), y, probs);
     mlp::softmax_cross_entropy_backward(probs, y, dlogits);
     model.backward(dlogits);
-    std::vector<mlp::Matrix> w;
+    const double correct1 = 1.0 - std::pow(b1, t + 1), correct2 = 1.0 - std::pow(b2, t + 1);
+    std::vector<mlp::Matrix> w, ms, vs;
     std::size_t i = 0;
     for (mlp::Parameter* p : model.parameters()) {
-      float* value = p->value.data();
-      const float* g = p->grad.data();
-      float* vel = v[i].data();
-      for (Eigen::Index k = 0; k < p->value.size(); ++k) {
-        vel[k] = momentum * vel[k] + g[k];
-        value[k] -= c.learning_rate * vel[k];
-      }
+      const Eigen::ArrayXd g =
+          Eigen::Map<const Eigen::ArrayXf>(p->grad.data(), p->grad.size()).cast<double>();
+      m[i] = b1 * m[i] + (1.0 - b1) * g;
+      v[i] = b2 * v[i] + (1.0 - b2) * g.square();
+      const Eigen::ArrayXd step = lr * (m[i] / correct1) / ((v[i] / correct2).sqrt() + eps);
+      Eigen::Map<Eigen::ArrayXf>(p->value.data(), p->value.size()) -= step.cast<float>();
       w.push_back(p->value);
+      ms.push_back(p->value);
+      vs.push_back(p->value);
+      Eigen::Map<Eigen::ArrayXf>(ms.back().data(), p->value.size()) = m[i].cast<float>();
+      Eigen::Map<Eigen::ArrayXf>(vs.back().data(), p->value.size()) = v[i].cast<float>();
       ++i;
     }
-    out.push_back(std::move(w));
+    out.weights.push_back(std::move(w));
+    out.m.push_back(std::move(ms));
+    out.v.push_back(std::move(vs));
   }
   return out;
 }
@@ -119,6 +138,10 @@ struct RankRun {
   std::vector<tp::Range> hidden;                 // per block
   std::vector<std::vector<mlp::Matrix>> shards;  // shards[t][2k] column, [2k+1] row of block k
   std::vector<float> losses;
+  // ZeRO only: this rank's chunks of m and v after step t (moments[t][i]: parameter i's chunk),
+  // and the padded range they cover.
+  std::vector<std::vector<std::vector<float>>> m, v;
+  std::vector<tp::Range> chunk;
 };
 
 /// Trains config for `steps` steps on every rank of this process (threads: all of them; mpirun:
@@ -139,6 +162,13 @@ inline std::vector<RankRun> run_grid(const tp::TpConfig& c, int steps, int timeo
       std::vector<mlp::Matrix> s;
       for (const mlp::Parameter* q : trainer.model().parameters()) s.push_back(q->value);
       r.shards.push_back(std::move(s));
+      if (const tp::ZeroOptimizer* z = trainer.zero()) {
+        r.m.push_back(z->m());
+        r.v.push_back(z->v());
+        if (r.chunk.empty()) {
+          for (std::size_t i = 0; i < z->m().size(); ++i) r.chunk.push_back(z->shard(i));
+        }
+      }
     }
     std::lock_guard<std::mutex> g(mu);
     runs[static_cast<std::size_t>(dist::rank())] = std::move(r);
@@ -146,10 +176,35 @@ inline std::vector<RankRun> run_grid(const tp::TpConfig& c, int steps, int timeo
   return runs;
 }
 
-/// Expects every rank's shards to equal the matching slices of the oracle after every step.
+/// Expects `got` (this rank's chunk of a moment of one TP shard, padded element indices
+/// chunk.begin ...) to equal the same elements of the oracle's moment `want` (the TP shard, row
+/// by row), within 1e-4 relative plus 1e-5 of the shard's largest moment; the padding must be 0.
+inline ::testing::AssertionResult moments_match(const std::vector<float>& got, tp::Range chunk,
+                                                const mlp::Matrix& want) {
+  if (got.size() != chunk.size()) {
+    return ::testing::AssertionFailure()
+           << "the chunk holds " << got.size() << " floats, the shard's chunk is " << chunk.size();
+  }
+  const double scale = want.size() ? static_cast<double>(want.cwiseAbs().maxCoeff()) : 0.0;
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    const std::size_t e = chunk.begin + k;
+    const double w = e < static_cast<std::size_t>(want.size()) ? want.data()[e] : 0.0;
+    if (std::abs(got[k] - w) > 1e-5 * scale + 1e-4 * std::abs(w)) {
+      return ::testing::AssertionFailure()
+             << "element " << e << " of the padded shard is " << got[k] << ", single-process Adam "
+             << (e < static_cast<std::size_t>(want.size()) ? "gives " : "has no element there: ")
+             << w;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Expects every rank's shards to equal the matching slices of the oracle after every step, and
+/// under ZeRO its chunks of m and v the matching elements of the oracle's moments.
 inline void expect_values(const tp::TpConfig& c, int steps = 3) {
   SCOPED_TRACE(config_name(c));
-  const auto ref = oracle(c.model, c.momentum, steps);
+  const Oracle oracle_run = oracle(c, steps);
+  const auto& ref = oracle_run.weights;
   const auto runs = run_grid(c, steps);
   int checked = 0;
   for (std::size_t r = 0; r < runs.size(); ++r) {
@@ -178,6 +233,27 @@ inline void expect_values(const tp::TpConfig& c, int steps = 3) {
               return;
             }
           }
+        }
+        if (c.zero == 0) continue;
+        ASSERT_EQ(run.m.size(), static_cast<std::size_t>(steps)) << "rank " << r;
+        const mlp::Matrix m_col = oracle_run.m[t][2 * k].middleRows(b, n);
+        const mlp::Matrix m_row = oracle_run.m[t][2 * k + 1].middleCols(b, n);
+        const mlp::Matrix v_col = oracle_run.v[t][2 * k].middleRows(b, n);
+        const mlp::Matrix v_row = oracle_run.v[t][2 * k + 1].middleCols(b, n);
+        const mlp::Matrix* wm[2] = {&m_col, &m_row};
+        const mlp::Matrix* wv[2] = {&v_col, &v_row};
+        for (int which = 0; which < 2; ++which) {
+          const std::size_t i = 2 * k + static_cast<std::size_t>(which);
+          ASSERT_LT(i, run.m[t].size());
+          ASSERT_LT(i, run.v[t].size());
+          ASSERT_LT(i, run.chunk.size());
+          const char* name = which == 0 ? "column" : "row";
+          EXPECT_TRUE(moments_match(run.m[t][i], run.chunk[i], *wm[which]))
+              << "rank " << r << ", after step " << t << ": m of block " << k << "'s " << name
+              << " weight (ZeRO: this rank's chunk)";
+          EXPECT_TRUE(moments_match(run.v[t][i], run.chunk[i], *wv[which]))
+              << "rank " << r << ", after step " << t << ": v of block " << k << "'s " << name
+              << " weight (ZeRO: this rank's chunk)";
         }
       }
     }
