@@ -69,6 +69,12 @@ struct FsdpConfig {
 ///     reach into forward's and the reverse), and no gather is ever issued for a unit more than
 ///     `prefetch` ahead of the unit being launched. With reshard_after_forward false, backward
 ///     gathers nothing.
+///   * Memory is reused, not conjured: a gather fills the memory the unit computed before it gives
+///     back, so it starts only after the kernel of the unit launched last before the gather was
+///     issued has ended (an event; the comm stream waits, the host does not): in forward the
+///     previous unit's forward, in backward the previous unit's backward, and for backward's first
+///     gathers the last unit's forward. Only forward's first prefetch + 1 gathers wait for
+///     nothing.
 ///   * Comm stream order: a pass issues its gathers, and backward a unit's reduce-scatter right
 ///     after launching the unit's backward, in program order on the one comm stream.
 ///   * step(): Adam (Model::launch_adam) on every unit's shards, in the order backward produced

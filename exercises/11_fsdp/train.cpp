@@ -196,23 +196,28 @@ double step_formula(const TrainConfig& config, int p, const dist::NetworkModel& 
   auto on_compute = [&](double after, double seconds) {
     return compute = std::max(compute, after) + seconds;
   };
-  auto gather = [&](int u) { return on_comm(0, gather_seconds(shard_floats(c, u, p), p, net)); };
+  // Every gather but forward's first k + 1 waits for the kernel launched before it was issued.
+  auto gather = [&](int u, double after) {
+    return on_comm(after, gather_seconds(shard_floats(c, u, p), p, net));
+  };
   std::vector<double> gathered(static_cast<std::size_t>(L)), reduced(static_cast<std::size_t>(L));
   int issued = 0;
+  double previous = 0;  // end of the pass's previous kernel (0: none yet)
   for (int u = 0; u < L; ++u) {
-    for (; issued < L && issued <= u + k; ++issued) gathered[static_cast<std::size_t>(issued)] = gather(issued);
-    on_compute(gathered[static_cast<std::size_t>(u)], model.forward_seconds(u, rows));
+    for (; issued < L && issued <= u + k; ++issued)
+      gathered[static_cast<std::size_t>(issued)] = gather(issued, previous);
+    previous = on_compute(gathered[static_cast<std::size_t>(u)], model.forward_seconds(u, rows));
   }
-  issued = 0;
+  issued = 0;  // backward's first gathers wait for the last forward kernel (previous)
   for (int q = 0; q < L; ++q) {
     const int u = L - 1 - q;
     double ready = 0;
     if (config.fsdp.reshard_after_forward) {
       for (; issued < L && issued <= q + k; ++issued)
-        gathered[static_cast<std::size_t>(L - 1 - issued)] = gather(L - 1 - issued);
+        gathered[static_cast<std::size_t>(L - 1 - issued)] = gather(L - 1 - issued, previous);
       ready = gathered[static_cast<std::size_t>(u)];
     }
-    const double done = on_compute(ready, model.backward_seconds(u, rows));
+    const double done = previous = on_compute(ready, model.backward_seconds(u, rows));
     reduced[static_cast<std::size_t>(u)] =
         on_comm(done, reduce_scatter_seconds(shard_floats(c, u, p), p, net));
   }
@@ -245,8 +250,17 @@ std::int64_t memory_formula(const TrainConfig& config, int p) {
     shards += 4 * static_cast<std::int64_t>(sizeof(float) * shard_floats(c, u, p));
     all += full(u);
   }
-  if (!config.fsdp.reshard_after_forward) return shards + all + full(L - 1);
   std::int64_t most = 0;
+  if (!config.fsdp.reshard_after_forward) {
+    // Backward at unit u holds the weights of units 0 .. u and u's gradient.
+    std::int64_t held = 0;
+    for (int u = 0; u < L; ++u) {
+      held += full(u);
+      most = std::max(most, held + full(u));
+    }
+    (void)all;
+    return shards + most;
+  }
   for (int q = 0; q < L; ++q) {
     std::int64_t held = full(L - 1 - q);  // the gradient
     for (int j = q; j <= std::min(q + k, L - 1); ++j) held += full(L - 1 - j);

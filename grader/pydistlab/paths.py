@@ -16,7 +16,7 @@ BUILD = ROOT / "build"
 #: out too (the hidden tests excepted, when they are graded), so a submission's compile cannot read it.
 LEFT_OUT = ("solutions/", "grader/hidden/", "grader/mutants/", "grader/selftest/", "grader/gradescope/",
             "docs/instructor-guide.md", "docs/authoring.md", "bench/make_submissions.py",
-            "bench/sandbox_overhead.py")
+            "bench/sandbox_overhead.py", "grader/answers/")
 
 #: Extensions of the C++ files in which solution markers are recognised.
 CXX_EXTENSIONS = (".cpp", ".cc", ".cxx", ".hpp", ".h", ".hh", ".cu", ".cuh", ".ipp", ".tpp")

@@ -63,7 +63,8 @@ Fsdp::Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, 
 }
 
 // BEGIN SOLUTION DECL: helpers of your own, if you want them
-void Fsdp::gather(int u) {
+void Fsdp::gather(int u, int after) {
+  if (after >= 0) comm_.wait_event(computed_[static_cast<std::size_t>(after)]);
   DeviceBuffer<float>& full = buffers_.acquire_weights(u);
   dist::device::all_gather(shards_.w[static_cast<std::size_t>(u)], full, comm_);
   gathered_[static_cast<std::size_t>(u)].record(comm_);
@@ -76,9 +77,10 @@ void Fsdp::forward() {
   const int units = model_.num_units();
   int issued = 0;  // units 0 .. issued-1 have been gathered in this pass
   for (int u = 0; u < units; ++u) {
-    for (; issued < units && issued <= u + config_.prefetch; ++issued) gather(issued);
+    for (; issued < units && issued <= u + config_.prefetch; ++issued) gather(issued, u - 1);
     compute_.wait_event(gathered_[static_cast<std::size_t>(u)]);
     model_.launch_forward(u, buffers_.weights(u), compute_, buffers_);
+    computed_[static_cast<std::size_t>(u)].record(compute_);
     if (config_.reshard_after_forward) buffers_.release_weights(u);
   }
   // END SOLUTION
@@ -93,7 +95,8 @@ void Fsdp::backward() {
     const int u = units - 1 - q;
     const auto uu = static_cast<std::size_t>(u);
     if (config_.reshard_after_forward) {
-      for (; issued < units && issued <= q + config_.prefetch; ++issued) gather(units - 1 - issued);
+      for (; issued < units && issued <= q + config_.prefetch; ++issued)
+        gather(units - 1 - issued, q > 0 ? u + 1 : units - 1);
       compute_.wait_event(gathered_[uu]);
     }
     DeviceBuffer<float>& grad = buffers_.acquire_gradient(u);

@@ -40,6 +40,7 @@ inline TrainConfig config_of(int prefetch, bool reshard, mlp::Config model = sma
   c.fsdp.prefetch = prefetch;
   c.fsdp.reshard_after_forward = reshard;
   c.fsdp.adam.learning_rate = 1e-2f;
+  c.fsdp.adam.eps = 1e-3f;  // near the gradients' size: a sum instead of the mean shows
   c.flops_per_s = 1e9;         // kernels of microseconds: comparable to the gathers
   c.adam_s_per_float = 1e-8;
   return c;
@@ -147,8 +148,16 @@ inline std::int64_t expected_peak(const TrainConfig& c, int p) {
     shards += static_cast<std::int64_t>(16 * shard_of(c.model, u, p));
     every += full(u);
   }
-  if (!c.fsdp.reshard_after_forward) return shards + every + full(L - 1);
   std::int64_t most = 0;
+  if (!c.fsdp.reshard_after_forward) {  // backward at unit u: weights of units 0 .. u, u's gradient
+    (void)every;
+    std::int64_t held = 0;
+    for (int u = 0; u < L; ++u) {
+      held += full(u);
+      most = std::max(most, held + full(u));
+    }
+    return shards + most;
+  }
   for (int u = 0; u < L; ++u) {  // forward: units u .. u+k
     std::int64_t held = 0;
     for (int j = u; j <= std::min(u + k, L - 1); ++j) held += full(j);
@@ -183,8 +192,9 @@ inline Times times_of(const TrainConfig& c, int p, const dist::NetworkModel& net
   return t;
 }
 
-/// The step without prefetch, reshard after forward: nothing overlaps but the reduce-scatter of
-/// unit 0 with the Adam kernels before it (units L-1 .. 1):
+/// The step without prefetch, reshard after forward: every gather waits for the kernel before it,
+/// so nothing overlaps but the reduce-scatter of unit 0 with the Adam kernels before it (units
+/// L-1 .. 1):
 ///   sum_u (2 G_u + F_u + B_u) + sum_{u >= 1} R_u + max(R_0, sum_{u >= 1} A_u) + A_0.
 inline double expected_step_no_prefetch(const TrainConfig& c, int p,
                                         const dist::NetworkModel& net) {
@@ -207,19 +217,24 @@ inline double expected_step(const TrainConfig& c, int p, const dist::NetworkMode
   const int L = c.model.n_layers, k = c.fsdp.prefetch;
   double comp = 0, comm = 0;
   std::vector<double> ready(static_cast<std::size_t>(L), 0.0), reduced(ready);
+  // Every gather but forward's first k + 1 starts once the kernel launched before it has ended
+  // (it fills the memory that unit gave back).
   int next = 0;
+  double previous = 0;
   for (int u = 0; u < L; ++u) {
-    for (; next < L && next <= u + k; ++next) ready[next] = comm = comm + t.gather[next];
-    comp = std::max(comp, ready[u]) + t.forward[u];
+    for (; next < L && next <= u + k; ++next)
+      ready[next] = comm = std::max(comm, previous) + t.gather[next];
+    previous = comp = std::max(comp, ready[u]) + t.forward[u];
   }
-  next = L - 1;
+  next = L - 1;  // backward's first gathers wait for the last forward kernel (previous)
   for (int u = L - 1; u >= 0; --u) {
     double wait = 0;
     if (c.fsdp.reshard_after_forward) {
-      for (; next >= 0 && next >= u - k; --next) ready[next] = comm = comm + t.gather[next];
+      for (; next >= 0 && next >= u - k; --next)
+        ready[next] = comm = std::max(comm, previous) + t.gather[next];
       wait = ready[u];
     }
-    comp = std::max(comp, wait) + t.backward[u];
+    previous = comp = std::max(comp, wait) + t.backward[u];
     reduced[u] = comm = std::max(comm, comp) + t.reduce_scatter[u];
   }
   for (int u = L - 1; u >= 0; --u) comp = std::max(comp, reduced[u]) + t.adam[u];
