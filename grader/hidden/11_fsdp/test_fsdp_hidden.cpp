@@ -21,7 +21,7 @@ mlp::Config tiny_model() {
   c.n_classes = 2;
   c.train_size = 240;
   c.test_size = 24;
-  c.batch_size = 24;
+  c.batch_size = 40;  // a multiple of 2, 4, 5, 8
   c.seed = 11;
   return c;
 }
