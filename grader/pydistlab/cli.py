@@ -189,12 +189,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--hostfile", default=None, help="mpirun --hostfile")
     r.set_defaults(passthrough=True)
 
-    be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives|pipeline|ps [--plot FILE.png] [ARGS]; "
+    be = add("bench", _cmd_bench, "benchmarks: ./distlab bench collectives|pipeline|ps|fsdp [--plot FILE.png] [ARGS]; "
                                   "./distlab bench loop: the student's loop timed on a fresh copy; "
                                   "./distlab bench selftest: ./distlab test on a fresh copy, again, and after an edit; "
                                   "./distlab bench gradescope: setup.sh and run_autograder under Gradescope's "
                                   "default resources (0.5 CPU, 768 MB)")
-    be.add_argument("what", choices=["collectives", "pipeline", "ps", "loop", "selftest", "gradescope"])
+    be.add_argument("what", choices=["collectives", "pipeline", "ps", "fsdp", "loop", "selftest", "gradescope"])
     be.add_argument("--keep", default=None, metavar="DIR",
                     help="loop, selftest, gradescope: make the fresh copy in DIR/kit (default: a new temporary folder)")
     be.add_argument("--plot", default=None, metavar="FILE.png",
@@ -202,7 +202,9 @@ def parser() -> argparse.ArgumentParser:
                          "pipeline: bubble fraction and peak stash vs microbatches per schedule "
                          "(from run_07_pipeline --sweep --csv); "
                          "ps: step time vs workers per layout and test loss vs simulated time per mode "
-                         "(from run_08_parameter_server --sweep --compare --csv)")
+                         "(from run_08_parameter_server --sweep --compare --csv); "
+                         "fsdp: peak memory per rank vs dp and step time vs prefetch window "
+                         "(from run_11_fsdp --sweep --csv)")
     be.add_argument("--no-mpi", action="store_true", help="skip the Open MPI comparison")
     be.add_argument("--cpus", default="0.5", help="gradescope: the CPU quota (default 0.5)")
     be.add_argument("--memory-mb", default="768", help="gradescope: the memory limit in MB (default 768)")

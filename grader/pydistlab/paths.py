@@ -17,7 +17,7 @@ BUILD = ROOT / "build"
 LEFT_OUT = ("solutions/", "grader/hidden/", "grader/mutants/", "grader/selftest/", "grader/gradescope/",
             "grader/answers/",
             "docs/instructor-guide.md", "docs/authoring.md", "bench/make_submissions.py",
-            "bench/sandbox_overhead.py")
+            "bench/sandbox_overhead.py", "grader/answers/")
 
 #: Extensions of the C++ files in which solution markers are recognised.
 CXX_EXTENSIONS = (".cpp", ".cc", ".cxx", ".hpp", ".h", ".hh", ".cu", ".cuh", ".ipp", ".tpp")

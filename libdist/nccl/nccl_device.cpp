@@ -138,6 +138,19 @@ void CudaDevice::all_reduce(int stream, void* buf, std::size_t count, DataType t
       ncclAllReduce(buf, buf, count, nccl_type(type), nccl_op(op), comm_, stream_at(stream)));
 }
 
+void CudaDevice::all_gather(int stream, const void* in, void* out, std::size_t count,
+                            DataType type) {
+  if (before_collective_) before_collective_();
+  DIST_NCCL_CHECK(ncclAllGather(in, out, count, nccl_type(type), comm_, stream_at(stream)));
+}
+
+void CudaDevice::reduce_scatter(int stream, const void* in, void* out, std::size_t count,
+                                DataType type, ReduceOp op) {
+  if (before_collective_) before_collective_();
+  DIST_NCCL_CHECK(ncclReduceScatter(in, out, count, nccl_type(type), nccl_op(op), comm_,
+                                    stream_at(stream)));
+}
+
 void CudaDevice::fill(int stream, float* x, std::size_t count, float value) {
   DIST_CUDA_CHECK(kernels::fill(stream_at(stream), x, count, value));
 }

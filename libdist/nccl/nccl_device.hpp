@@ -10,6 +10,8 @@
 //   DeviceBuffer      cudaMalloc (zeroed with cudaMemset), cudaFree
 //   memcpy_async      cudaMemcpyAsync
 //   all_reduce(buf, stream)  ncclAllReduce in place on the stream (the world's communicator)
+//   all_gather(in, out, stream), reduce_scatter(in, out, stream)  ncclAllGather,
+//                            ncclReduceScatter on the stream (the world's communicator)
 //   fill, difference, axpy   the nvcc kernels of kernels.cu on the stream
 // A kernel with a host body (dist::device::launch) cannot run here: it throws dist::Error naming
 // <dist/device_kernels.hpp>. The cost model (DeviceModel) is the simulated device's: ignored.
@@ -57,6 +59,10 @@ class CudaDevice final : public DeviceImpl {
   void copy(int stream, device::detail::CopyKind kind, void* dst, const void* src,
             std::size_t bytes) override;
   void all_reduce(int stream, void* buf, std::size_t count, DataType type, ReduceOp op) override;
+  void all_gather(int stream, const void* in, void* out, std::size_t count,
+                  DataType type) override;
+  void reduce_scatter(int stream, const void* in, void* out, std::size_t count, DataType type,
+                      ReduceOp op) override;
   void fill(int stream, float* x, std::size_t count, float value) override;
   void difference(int stream, const float* a, const float* b, float* out,
                   std::size_t count) override;

@@ -38,6 +38,12 @@ class DeviceImpl {
 
   /// ncclAllReduce in place on `stream` (the world's communicator).
   virtual void all_reduce(int stream, void* buf, std::size_t count, DataType type, ReduceOp op) = 0;
+  /// ncclAllGather on `stream` (`count`: elements of `in`).
+  virtual void all_gather(int stream, const void* in, void* out, std::size_t count,
+                          DataType type) = 0;
+  /// ncclReduceScatter on `stream` (`count`: elements of `out`).
+  virtual void reduce_scatter(int stream, const void* in, void* out, std::size_t count,
+                              DataType type, ReduceOp op) = 0;
 
   /// The kernels of <dist/device_kernels.hpp>, compiled by nvcc (nccl/kernels.cu).
   virtual void fill(int stream, float* x, std::size_t count, float value) = 0;

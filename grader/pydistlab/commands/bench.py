@@ -98,6 +98,14 @@ def ps(a: argparse.Namespace) -> int:
                          ["--world-size", "5", "--sweep", "--compare", "--straggler", "4"], PS_PLOT_PROGRAM)
 
 
+FSDP_PLOT_PROGRAM = Path(__file__).with_name("plot_fsdp.py")
+
+
+def fsdp(a: argparse.Namespace) -> int:
+    """run_11_fsdp --sweep: peak memory per rank against dp, step time against the prefetch window."""
+    return _program_plot(a, "11_fsdp", ["--sweep"], FSDP_PLOT_PROGRAM)
+
+
 def _program_plot(a: argparse.Namespace, module: str, flags: list[str], plot_program: Path) -> int:
     """Runs the module's program with `flags` and --csv, then (--plot) plot_program on the data."""
     solutions = not is_release()
@@ -140,6 +148,8 @@ def main(a: argparse.Namespace) -> int:
         return pipeline(a)
     if a.what == "ps":
         return ps(a)
+    if a.what == "fsdp":
+        return fsdp(a)
     if a.plot:
         return plot(Path(a.plot).resolve())
     build_dir = build.ensure_built("default", False, ["distlab_dist"])

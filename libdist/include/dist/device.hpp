@@ -95,6 +95,10 @@ void all_reduce_on(int stream, void* buf, std::size_t count, DataType type, Redu
                    std::uint64_t buffer);
 Work all_reduce_async_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,
                          std::uint64_t buffer);
+void all_gather_on(int stream, const void* in, void* out, std::size_t count, DataType type,
+                   std::uint64_t in_buffer, std::uint64_t out_buffer);
+void reduce_scatter_on(int stream, const void* in, void* out, std::size_t count, DataType type,
+                       ReduceOp op, std::uint64_t in_buffer, std::uint64_t out_buffer);
 /// Allocates `bytes` zeroed bytes of device memory aligned to `align`; *data: the pointer.
 std::uint64_t buffer_create(const std::string& name, std::size_t bytes, std::size_t align,
                             void** data);
@@ -270,6 +274,35 @@ template <typename T>
 void all_reduce(DeviceBuffer<T>& buf, Stream& s, ReduceOp op = ReduceOp::Sum) {
   detail::all_reduce_on(s.id(), buf.raw(), buf.size(), ::dist::detail::data_type_of<T>(), op,
                         buf.id());
+}
+
+/// ncclAllGather(in, out, ..., s): rank r's `in` lands at out[r * in.size(), (r + 1) * in.size()),
+/// enqueued on `s`. out.size() must be world_size() * in.size() (else dist::Error). Never blocks
+/// the host. Like all_reduce(buf, s): it starts when `s` reaches it on every rank, takes the time
+/// dist::all_gather documents (ring), reads `in` and writes `out` on stream `s`.
+template <typename T>
+void all_gather(const DeviceBuffer<T>& in, DeviceBuffer<T>& out, Stream& s) {
+  if (out.size() != in.size() * static_cast<std::size_t>(::dist::world_size()))
+    throw Error("device::all_gather: out has " + std::to_string(out.size()) +
+                " elements; it must have world_size() * in.size() = " +
+                std::to_string(in.size() * static_cast<std::size_t>(::dist::world_size())));
+  detail::all_gather_on(s.id(), in.raw(), out.raw(), in.size(), ::dist::detail::data_type_of<T>(),
+                        in.id(), out.id());
+}
+
+/// ncclReduceScatter(in, out, ..., s): rank r gets the reduction (`op`) over the ranks of chunk r,
+/// in[r * out.size(), (r + 1) * out.size()), enqueued on `s`. in.size() must be world_size() *
+/// out.size() (else dist::Error). Never blocks the host; it takes the time dist::reduce_scatter
+/// documents (ring), reads `in` and writes `out` on stream `s`.
+template <typename T>
+void reduce_scatter(const DeviceBuffer<T>& in, DeviceBuffer<T>& out, Stream& s,
+                    ReduceOp op = ReduceOp::Sum) {
+  if (in.size() != out.size() * static_cast<std::size_t>(::dist::world_size()))
+    throw Error("device::reduce_scatter: in has " + std::to_string(in.size()) +
+                " elements; it must have world_size() * out.size() = " +
+                std::to_string(out.size() * static_cast<std::size_t>(::dist::world_size())));
+  detail::reduce_scatter_on(s.id(), in.raw(), out.raw(), out.size(),
+                            ::dist::detail::data_type_of<T>(), op, in.id(), out.id());
 }
 
 /// What dist::all_reduce_async is on a NCCL process group: all_reduce(buf, comm, op), then an

@@ -1,0 +1,145 @@
+// Hidden tests of 11_fsdp: other world sizes (5, 6, 8), a unit smaller than dp (padding only on
+// some ranks), more steps, wider windows, the window with weights kept, other networks, against the
+// same closed forms and single-process Adam.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+#include "fsdp_harness.hpp"
+
+namespace {
+
+using namespace fsdptest;
+
+/// Units 5 -> 3 -> 2 -> 1 (the 2 x 1 unit has fewer weights than ranks): 15, 6, 2 weights.
+mlp::Config tiny_model() {
+  mlp::Config c;
+  c.n_layers = 3;
+  c.dim_in = 5;
+  c.dim_hidden = 3;
+  c.n_classes = 2;
+  c.train_size = 240;
+  c.test_size = 24;
+  c.batch_size = 40;  // a multiple of 2, 4, 5, 8
+  c.seed = 11;
+  return c;
+}
+
+void expect_values(const TrainConfig& c, int p, int steps) {
+  const datasets::Split data = mlp::make_data(c.model);
+  const auto want = reference_weights(c, data, steps);
+  const auto got = run(c, p, steps);
+  for (int r = 0; r < p; ++r)
+    EXPECT_TRUE(weights_near(got[static_cast<std::size_t>(r)].weights, want,
+                             c.fsdp.adam.learning_rate, steps))
+        << "dp " << p << " rank " << r;
+}
+
+TEST(HiddenShard, UnitSmallerThanDp) {
+  const std::vector<float> full = {4.0f, 5.0f};
+  for (int dp : {3, 5, 8}) {
+    for (int r = 0; r < dp; ++r) {
+      std::vector<float> shard(1, std::numeric_limits<float>::quiet_NaN());
+      shard_unit(full, dp, r, shard);
+      EXPECT_EQ(shard[0], r < 2 ? full[static_cast<std::size_t>(r)] : 0.0f)
+          << "dp " << dp << " rank " << r;
+    }
+  }
+}
+
+TEST(HiddenShard, EmptyUnitAndWrongSizes) {
+  std::vector<float> none;
+  shard_unit(std::vector<float>{}, 3, 1, none);  // 0 over 3 ranks: empty shards
+  std::vector<float> big(4);
+  EXPECT_THROW(shard_unit(std::vector<float>(6, 1.0f), 2, 0, big), std::invalid_argument);
+}
+
+TEST(HiddenAdam, MomentsAfterChangingGradients) {
+  AdamConfig a;
+  a.learning_rate = 0.05f;
+  a.beta1 = 0.8f;
+  a.beta2 = 0.9f;
+  a.eps = 1e-3f;
+  const std::vector<float> g1 = {1.0f, -0.5f}, g2 = {-2.0f, 0.25f};
+  std::vector<float> w = {0.3f, -0.1f}, m(2, 0.0f), v(2, 0.0f);
+  adam_update(w, g1, m, v, 1, a);
+  adam_update(w, g2, m, v, 2, a);
+  for (std::size_t i = 0; i < 2; ++i) {
+    double wd = (i == 0 ? 0.3 : -0.1), md = 0, vd = 0;
+    for (int t = 1; t <= 2; ++t) {
+      const double g = t == 1 ? g1[i] : g2[i];
+      md = a.beta1 * md + (1 - a.beta1) * g;
+      vd = a.beta2 * vd + (1 - a.beta2) * g * g;
+      wd -= a.learning_rate * (md / (1 - std::pow(a.beta1, t))) /
+            (std::sqrt(vd / (1 - std::pow(a.beta2, t))) + a.eps);
+    }
+    EXPECT_NEAR(w[i], wd, 1e-5) << "element " << i;
+    EXPECT_NEAR(m[i], md, 1e-6) << "element " << i;
+    EXPECT_NEAR(v[i], vd, 1e-6) << "element " << i;
+  }
+}
+
+TEST(HiddenValues, OtherWorldSizesAndATinyUnit) {
+  for (int p : {5, 8}) expect_values(config_of(1, true, tiny_model()), p, 2);
+  expect_values(config_of(0, true), 6, 2);
+}
+
+TEST(HiddenValues, MoreStepsKeepWeightsWithPrefetch) {
+  expect_values(config_of(2, false), 4, 5);
+  expect_values(config_of(3, true), 3, 5);
+}
+
+TEST(HiddenTraffic, OtherWorldSizesAndWindows) {
+  for (int p : {2, 5}) {
+    for (int k : {0, 3}) {
+      for (bool reshard : {true, false}) {
+        const TrainConfig c = config_of(k, reshard, tiny_model());
+        const auto got = run(c, p, 2);
+        for (int r = 0; r < p; ++r) {
+          EXPECT_EQ(got[static_cast<std::size_t>(r)].measure.bytes_sent, expected_bytes(c, p))
+              << "p=" << p << " prefetch " << k << " reshard " << reshard << " rank " << r;
+          EXPECT_EQ(got[static_cast<std::size_t>(r)].measure.collectives,
+                    static_cast<std::uint64_t>((gathers_per_unit(c) + 1) * c.model.n_layers));
+        }
+      }
+    }
+  }
+}
+
+TEST(HiddenMemory, WiderWindowsAndKeptWeightsWithPrefetch) {
+  for (int k : {2, 3, 5}) {
+    const TrainConfig c = config_of(k, true);
+    const auto got = run(c, 4, 2);
+    EXPECT_EQ(got[1].measure.peak, expected_peak(c, 4)) << "prefetch " << k;
+  }
+  const TrainConfig keep = config_of(2, false);
+  const auto got = run(keep, 2, 2);
+  EXPECT_EQ(got[0].measure.peak, expected_peak(keep, 2));
+}
+
+TEST(HiddenMemory, SingleRankHoldsOneUnitAtATimeWithoutPrefetch) {
+  const TrainConfig c = config_of(0, true);
+  const auto got = run(c, 1, 2);
+  EXPECT_EQ(got[0].measure.peak, expected_peak(c, 1));
+}
+
+TEST(HiddenSimulatedTime, OtherNetworksAndWindows) {
+  dist::NetworkModel slow;
+  slow.latency_s = 20e-6;
+  slow.bandwidth_Bps = 1e8;
+  slow.reduce_Bps = 5e8;
+  for (int k : {0, 1, 3}) {
+    for (bool reshard : {true, false}) {
+      const TrainConfig c = config_of(k, reshard);
+      const auto got = run(c, 3, 2, slow);
+      EXPECT_TRUE(time_near(got[2].measure.step_s, expected_step(c, 3, slow)))
+          << "prefetch " << k << " reshard " << reshard;
+    }
+  }
+  const TrainConfig c = config_of(0, true);
+  const auto got = run(c, 5, 2, slow);
+  EXPECT_TRUE(time_near(got[0].measure.step_s, expected_step_no_prefetch(c, 5, slow)));
+}
+
+}  // namespace

@@ -1,0 +1,125 @@
+#include "fsdp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "distlab/todo.hpp"
+
+namespace fsdp {
+
+void shard_unit(std::span<const float> full, int dp, int rank, std::span<float> shard) {
+  // BEGIN SOLUTION: copy this rank's equal part of the zero-padded unit into shard, padding 0
+  //   (header: shard_unit; model.hpp: the picture of a unit and its shards)
+  const std::size_t c = padded(full.size(), dp) / static_cast<std::size_t>(dp);
+  if (shard.size() != c) {
+    throw std::invalid_argument("shard_unit: shard has " + std::to_string(shard.size()) +
+                                " elements, the shard of " + std::to_string(full.size()) +
+                                " over " + std::to_string(dp) + " ranks has " + std::to_string(c));
+  }
+  const std::size_t begin = static_cast<std::size_t>(rank) * c;
+  for (std::size_t k = 0; k < c; ++k) {
+    shard[k] = begin + k < full.size() ? full[begin + k] : 0.0f;
+  }
+  // END SOLUTION
+}
+
+void adam_update(std::span<float> w, std::span<const float> g, std::span<float> m,
+                 std::span<float> v, std::int64_t t, const AdamConfig& config) {
+  // BEGIN SOLUTION: one Adam step with bias correction on every element (model.hpp: AdamConfig)
+  if (g.size() != w.size() || m.size() != w.size() || v.size() != w.size()) {
+    throw std::invalid_argument("adam_update: w, g, m and v must have equal sizes");
+  }
+  const float c1 = 1.0f - std::pow(config.beta1, static_cast<float>(t));
+  const float c2 = 1.0f - std::pow(config.beta2, static_cast<float>(t));
+  for (std::size_t k = 0; k < w.size(); ++k) {
+    m[k] = config.beta1 * m[k] + (1.0f - config.beta1) * g[k];
+    v[k] = config.beta2 * v[k] + (1.0f - config.beta2) * g[k] * g[k];
+    const float m_hat = m[k] / c1;
+    const float v_hat = v[k] / c2;
+    w[k] -= config.learning_rate * m_hat / (std::sqrt(v_hat) + config.eps);
+  }
+  // END SOLUTION
+}
+
+Fsdp::Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, Stream& comm,
+           const FsdpConfig& config)
+    : model_(model),
+      shards_(shards),
+      buffers_(buffers),
+      compute_(compute),
+      comm_(comm),
+      config_(config) {
+  if (config_.prefetch < 0) throw std::invalid_argument("FsdpConfig::prefetch must be >= 0");
+  // BEGIN SOLUTION: whatever the passes need to order the two streams, one per unit
+  const auto units = static_cast<std::size_t>(model_.num_units());
+  for (std::size_t u = 0; u < units; ++u) {
+    gathered_.emplace_back("gathered " + std::to_string(u));
+    computed_.emplace_back("computed " + std::to_string(u));
+    reduced_.emplace_back("reduced " + std::to_string(u));
+  }
+  // END SOLUTION
+}
+
+// BEGIN SOLUTION DECL: helpers of your own, if you want them
+void Fsdp::gather(int u, int after) {
+  if (after >= 0) comm_.wait_event(computed_[static_cast<std::size_t>(after)]);
+  DeviceBuffer<float>& full = buffers_.acquire_weights(u);
+  dist::device::all_gather(shards_.w[static_cast<std::size_t>(u)], full, comm_);
+  gathered_[static_cast<std::size_t>(u)].record(comm_);
+}
+// END SOLUTION
+
+void Fsdp::forward() {
+  // BEGIN SOLUTION: every unit's forward on compute, its weights gathered on comm before (within
+  //   the prefetch window) and released after (header: the contract of Fsdp)
+  const int units = model_.num_units();
+  int issued = 0;  // units 0 .. issued-1 have been gathered in this pass
+  for (int u = 0; u < units; ++u) {
+    for (; issued < units && issued <= u + config_.prefetch; ++issued) gather(issued, u - 1);
+    compute_.wait_event(gathered_[static_cast<std::size_t>(u)]);
+    model_.launch_forward(u, buffers_.weights(u), compute_, buffers_);
+    computed_[static_cast<std::size_t>(u)].record(compute_);
+    if (config_.reshard_after_forward) buffers_.release_weights(u);
+  }
+  // END SOLUTION
+}
+
+void Fsdp::backward() {
+  // BEGIN SOLUTION: every unit's backward on compute, last unit first, each full gradient
+  //   reduce-scattered on comm into the unit's gradient shard (header: the contract of Fsdp)
+  const int units = model_.num_units();
+  int issued = 0;  // positions 0 .. issued-1 of the backward order have been gathered
+  for (int q = 0; q < units; ++q) {
+    const int u = units - 1 - q;
+    const auto uu = static_cast<std::size_t>(u);
+    if (config_.reshard_after_forward) {
+      for (; issued < units && issued <= q + config_.prefetch; ++issued)
+        gather(units - 1 - issued, q > 0 ? u + 1 : units - 1);
+      compute_.wait_event(gathered_[uu]);
+    }
+    DeviceBuffer<float>& grad = buffers_.acquire_gradient(u);
+    model_.launch_backward(u, buffers_.weights(u), grad, compute_, buffers_);
+    computed_[uu].record(compute_);
+    buffers_.release_weights(u);
+    comm_.wait_event(computed_[uu]);
+    dist::device::reduce_scatter(grad, shards_.g[uu], comm_, dist::ReduceOp::Avg);
+    reduced_[uu].record(comm_);
+    buffers_.release_gradient(u);
+  }
+  // END SOLUTION
+}
+
+void Fsdp::step() {
+  ++t_;
+  // BEGIN SOLUTION: Adam on every unit's shards on compute, unit L-1 first, each after its own
+  //   reduce-scatter (header: the contract of Fsdp)
+  for (int u = model_.num_units() - 1; u >= 0; --u) {
+    compute_.wait_event(reduced_[static_cast<std::size_t>(u)]);
+    model_.launch_adam(u, shards_, t_, config_.adam, compute_);
+  }
+  // END SOLUTION
+}
+
+}  // namespace fsdp

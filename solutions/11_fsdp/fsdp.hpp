@@ -1,0 +1,115 @@
+// 11_fsdp: fully sharded data parallelism (ZeRO-3), as PyTorch FSDP and DeepSpeed ZeRO-3 train
+// large models.
+//
+// Every rank of the data-parallel group keeps 1/dp of every unit: its shard of the weights, of the
+// gradients and of Adam's moments (model.hpp: the picture of a unit and its shards). A unit's full
+// weights exist only while a kernel needs them: all-gathered on the communication stream before
+// the unit computes, released after. Backward reduce-scatters each unit's full gradient so every
+// rank ends with the mean gradient of its own shard, and Adam updates each shard where it lives.
+//
+// Your tasks, in order (README.md):
+//   1. shard_unit: a rank's shard of a flattened unit (padding zero).
+//   2. adam_update: Adam with bias correction on one shard.
+//   3. Fsdp::forward / backward: gather before use, release after, reduce-scatter of gradients,
+//      ordered by events between the compute and the communication stream.
+//   4. Fsdp::forward / backward with prefetch: gathers issued up to `prefetch` units ahead.
+//   5. Fsdp::step: Adam on every shard, each after its unit's reduce-scatter.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model.hpp"
+
+namespace fsdp {
+
+/// Task 1. Writes rank `rank`'s shard of a unit whose n = full.size() weights are flattened
+/// row-major: the unit padded with zeros to padded(n, dp) elements, cut into dp equal shards of
+/// c = padded(n, dp) / dp elements, shard r being elements [r c, (r + 1) c). shard.size() must be
+/// c (else std::invalid_argument); every element of `shard` is written (padding positions: 0,
+/// whatever the buffer held).
+void shard_unit(std::span<const float> full, int dp, int rank, std::span<float> shard);
+
+/// Task 2. One Adam step (model.hpp: AdamConfig, the update rule) on one shard: w, g, m, v of
+/// equal sizes (else std::invalid_argument), t >= 1 the step number. Element-wise, so a shard's
+/// update equals the same elements of the whole unit's update.
+void adam_update(std::span<float> w, std::span<const float> g, std::span<float> m,
+                 std::span<float> v, std::int64_t t, const AdamConfig& config);
+
+/// The settings of FSDP (PyTorch FSDP2's names where it has them).
+struct FsdpConfig {
+  /// Units whose gathers may be in flight or done ahead of the unit that computes (0: none, a unit
+  /// is gathered only when it is next). The window bounds the memory: at most prefetch + 1 units'
+  /// full weights are held at once.
+  int prefetch = 0;
+  /// Release each unit's full weights after its forward (and gather them again in backward): less
+  /// memory, more traffic. false: keep them from forward until the unit's backward is done.
+  bool reshard_after_forward = true;
+  AdamConfig adam{};
+};
+
+/// Tasks 3-5. One rank's FSDP training step on a Model, inside dist::launch (every rank of the
+/// world is a data-parallel rank; dp = dist::world_size()).
+///
+/// Contract (what the tests observe):
+///   * Values: after forward, loss (given), backward and step, the shards hold what one process
+///     training the whole model with Adam on the whole batch holds (float32 rounding).
+///   * Streams: every kernel (Model::launch_*) runs on `compute`; every collective (the stream
+///     forms of dist::device::all_gather and reduce_scatter) on `comm`; an operation that uses a
+///     buffer another stream wrote is ordered after it by an Event (the stream-race detector of the
+///     simulated device reports a missing one). The host never blocks (no synchronize).
+///   * Units run in order: forward 0 .. L-1, backward L-1 .. 0. A unit's full weights come from
+///     UnitBuffers::acquire_weights (which logs the gather) filled by an all-gather of the weight
+///     shards; its full gradient from acquire_gradient, reduce-scattered (the mean over the ranks)
+///     into its gradient shard. Each full buffer is released as soon as the host has enqueued the
+///     last operation that uses it (the release comes before the next unit's compute is launched).
+///   * Window: when unit i (in the pass's order) is launched, the gathers of the next `prefetch`
+///     units of the pass have been issued (as far as the pass goes; backward's window does not
+///     reach into forward's and the reverse), and no gather is ever issued for a unit more than
+///     `prefetch` ahead of the unit being launched. With reshard_after_forward false, backward
+///     gathers nothing.
+///   * Memory is reused, not conjured: a gather fills the memory the unit computed before it gives
+///     back, so it starts only after the kernel of the unit launched last before the gather was
+///     issued has ended (an event; the comm stream waits, the host does not): in forward the
+///     previous unit's forward, in backward the previous unit's backward, and for backward's first
+///     gathers the last unit's forward. Only forward's first prefetch + 1 gathers wait for
+///     nothing.
+///   * Comm stream order: a pass issues its gathers, and backward a unit's reduce-scatter right
+///     after launching the unit's backward, in program order on the one comm stream.
+///   * step(): Adam (Model::launch_adam) on every unit's shards, in the order backward produced
+///     the gradients (unit L-1 first), each after its own reduce-scatter and no other.
+///   * Traffic per unit and step: the gathers (one per pass that gathers it) and one
+///     reduce-scatter, each (dp - 1) / dp of the unit's padded bytes; nothing else.
+class Fsdp {
+ public:
+  Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, Stream& comm,
+       const FsdpConfig& config);
+
+  /// Every unit's forward (Model::launch_forward), gathering each unit's weights first.
+  void forward();
+  /// Every unit's backward (Model::launch_backward) and the reduce-scatter of its gradient.
+  void backward();
+  /// Adam on every shard (Model::launch_adam with this step's number: 1, 2, ...).
+  void step();
+
+  const FsdpConfig& config() const { return config_; }
+
+ private:
+  Model& model_;
+  Shards& shards_;
+  UnitBuffers& buffers_;
+  Stream& compute_;
+  Stream& comm_;
+  FsdpConfig config_;
+  std::int64_t t_ = 0;  // steps taken
+  // BEGIN SOLUTION DECL: what you need to order the streams and track the window
+  std::vector<Event> gathered_;  // recorded on comm after unit u's all-gather
+  std::vector<Event> computed_;  // recorded on compute after unit u's forward, then its backward
+  std::vector<Event> reduced_;   // recorded on comm after unit u's reduce-scatter
+  /// Acquires and all-gathers unit u's weights on comm, after unit `after`'s kernel (-1: none).
+  void gather(int u, int after);
+  // END SOLUTION
+};
+
+}  // namespace fsdp
