@@ -339,6 +339,13 @@ TEST(Analyze, TimesOfHandWrittenPrograms) {
   expect_analysis(two_streams({host_op(OpKind::HostWork, 0, 1.5), kernel("k", 1, 2, {}, {0}),
                                record(0, 0), host_op(OpKind::SyncStream, 1)}),
                   {1.5, 3.5, 1.5, 3.5}, -1, -1, -1);
+  // the host is past the event (3 ms of its own work): a synchronize never moves it backwards,
+  // and a wait's stream starts no earlier than the host's clock.
+  expect_analysis(
+      two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1), host_op(OpKind::HostWork, 0, 3),
+                   host_op(OpKind::SyncEvent, 0), host_op(OpKind::SyncStream, 1), wait_on(0, 0),
+                   kernel("consume", 0, 1, {0}, {})}),
+      {2, 2, 3, 3, 3, 3, 4}, -1, -1, -1);
 }
 
 TEST(Analyze, RacesOfHandWrittenPrograms) {
