@@ -128,6 +128,27 @@ TEST(Device, EventQueryAndSynchronizeFollowTheSimulatedClock) {
   });
 }
 
+TEST(Device, SynchronizeLeavesTheHostExactlyAtTheAwaitedTime) {
+  // From host time a, a synchronize until b adds b - a, and a + (b - a) rounds below b for these
+  // two (sums of durations as a program makes them): the host must still be at b afterwards, so
+  // that the awaited work is complete (query() true, elapsed_seconds() defined).
+  run_ranks(threads_options(1), [] {
+    const double a = 0.00020312500000000002, b = 0.000875;
+    ASSERT_LT(a + (b - a), b);
+    dev::Stream s("s");
+    dev::Event origin("origin"), done("done");
+    origin.record(s);
+    dev::DeviceBuffer<float> buf("buf", 1);
+    fill(s, buf, 1.0f, b);
+    done.record(s);
+    dist::sim_compute(a, "host");
+    s.synchronize();
+    EXPECT_EQ(dist::sim_time(), b);
+    EXPECT_TRUE(done.query());
+    EXPECT_EQ(dev::elapsed_seconds(origin, done), b);
+  });
+}
+
 TEST(Device, ElapsedSecondsBetweenEvents) {
   run_ranks(threads_options(1), [] {
     dev::Stream s("s");

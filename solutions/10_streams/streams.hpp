@@ -120,7 +120,7 @@ struct ProgramAnalysis {
 ///    event's work is done at the host's current clock. An event never recorded is complete, and
 ///    waiting on it orders nothing. Enqueueing costs the host nothing.
 ///  * Order. Op A happens before op B when a chain of these links leads from A to B: program
-///    order on one stream; a record captures what its stream (and the host) had learnt, a wait
+///    order on one stream; a record captures what its stream had learnt, a wait
 ///    passes what the event captured to its stream; the host learns what a stream or event
 ///    covers when it synchronizes with it or a query returns true, and passes what it has learnt
 ///    to every op it enqueues afterwards.

@@ -127,6 +127,24 @@ TEST(HiddenOverlap, SlowAndFastNetworks) {
   }
 }
 
+TEST(HiddenOverlap, BusyComputeStreamShiftsTheWholeStep) {
+  // compute is busy for 0.3 ms with earlier work when the step is enqueued: backward starts
+  // after it, and so does every all-reduce (each waits for its gradients, which come later);
+  // the step is the formula's, 0.3 ms later, with and without overlap.
+  const StepConfig c = small_step();
+  const double busy = 0.3e-3;
+  for (int p : {2, 4}) {
+    const auto o = threads_options(p);
+    for (bool overlap : {true, false}) {
+      const auto got = run_steps(c, overlap, 1, o, busy);
+      EXPECT_TRUE(within_1pct(got[0].step_s, busy + expected_step(c, p, o.network, overlap)))
+          << "p=" << p << (overlap ? " overlap" : " no overlap");
+      EXPECT_EQ(got[0].host_after_enqueue, 0.0);
+      EXPECT_TRUE(elements_near(got[0].params, synchronous_params(c, p, 1))) << "p=" << p;
+    }
+  }
+}
+
 TEST(HiddenRace, UnorderedReportedOnEveryWorldSizeFixedPasses) {
   StepConfig c = small_step();
   c.bucket_cap_bytes = 0;

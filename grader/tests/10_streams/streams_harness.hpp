@@ -124,10 +124,12 @@ struct StepResult {
 /// Runs `steps` steps on every rank: backward_with_overlap then optimizer_step (or the given
 /// optimizer_step_unordered).
 inline void step_body(const StepConfig& c, bool overlap, int steps, StepResult& out,
-                      bool unordered = false) {
+                      bool unordered = false, double busy_s = 0) {
   Stream compute("compute"), comm("comm");
   Replica replica(c, compute);
   const double t0 = dist::sim_time();
+  // compute busy with earlier work of its own (a forward pass) when the step is enqueued
+  if (busy_s > 0) dd::launch(compute, {"busy", busy_s, {}}, [] {});
   for (int s = 0; s < steps; ++s) {
     std::vector<AllReduceWork> works = backward_with_overlap(replica, compute, comm, overlap);
     if (unordered) {
@@ -146,11 +148,11 @@ inline void step_body(const StepConfig& c, bool overlap, int steps, StepResult& 
 }
 
 inline std::vector<StepResult> run_steps(const StepConfig& c, bool overlap, int steps,
-                                         const dist::LaunchOptions& o) {
+                                         const dist::LaunchOptions& o, double busy_s = 0) {
   std::vector<StepResult> out(static_cast<std::size_t>(o.world_size));
   distlab::testing::run_ranks(o, [&] {
     StepResult r;
-    step_body(c, overlap, steps, r);
+    step_body(c, overlap, steps, r, false, busy_s);
     out[static_cast<std::size_t>(dist::rank())] = std::move(r);
   });
   return out;

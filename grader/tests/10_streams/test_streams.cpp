@@ -339,6 +339,13 @@ TEST(Analyze, TimesOfHandWrittenPrograms) {
   expect_analysis(two_streams({host_op(OpKind::HostWork, 0, 1.5), kernel("k", 1, 2, {}, {0}),
                                record(0, 0), host_op(OpKind::SyncStream, 1)}),
                   {1.5, 3.5, 1.5, 3.5}, -1, -1, -1);
+  // the host is past the event (3 ms of its own work): a synchronize never moves it backwards,
+  // and a wait's stream starts no earlier than the host's clock.
+  expect_analysis(
+      two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1), host_op(OpKind::HostWork, 0, 3),
+                   host_op(OpKind::SyncEvent, 0), host_op(OpKind::SyncStream, 1), wait_on(0, 0),
+                   kernel("consume", 0, 1, {0}, {})}),
+      {2, 2, 3, 3, 3, 3, 4}, -1, -1, -1);
 }
 
 TEST(Analyze, RacesOfHandWrittenPrograms) {
@@ -379,6 +386,14 @@ TEST(Analyze, HostSynchronizeAndQueryOrder) {
       two_streams({kernel("produce", 1, 2, {}, {0}), host_op(OpKind::Query, 0),
                    host_op(OpKind::SyncEvent, 0), wait_on(0, 0), kernel("consume", 0, 1, {0}, {})}),
       {2, 0, 0, 0}, 4, 0, 0, {-1, 1});
+  // what the host learnt travels through a record on a stream that has run nothing since: the
+  // host synchronized comm, then records e0 on an idle compute; a third stream waits on e0 and
+  // may read what comm wrote.
+  Program three = two_streams({kernel("produce", 1, 2, {}, {0}), host_op(OpKind::SyncStream, 1),
+                               record(0, 0), wait_on(2, 0), kernel("consume", 2, 1, {0}, {})});
+  three.streams = 3;
+  three.stream_names.push_back("side");
+  expect_analysis(three, {2, 2, 2, 2, 3}, -1, -1, -1);
 }
 
 void random_programs(std::uint64_t first_seed, int count, int ops, int streams, int events,
