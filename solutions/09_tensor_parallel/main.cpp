@@ -2,7 +2,7 @@
 // parallelism inside a node, data parallelism across nodes, optionally a ZeRO sharded optimizer.
 //
 //   ./distlab run 09_tensor_parallel -- --tp 2 --dp 2 --zero 1
-//   ./distlab run 09_tensor_parallel --solutions -- --tp 4 --dp 1 --trace tp.json
+//   ./distlab run 09_tensor_parallel -- --tp 4 --dp 1 --trace tp.json
 //
 // Prints rank 0's training log (05's lines: train_loss over the whole batch, test_loss on held-out
 // rows, step time = median wall time of a step), then one step on the simulated clock of a

@@ -461,11 +461,23 @@ TEST(ZeroOptimizerStage, OnlyStagesOneAndTwo) {
                    std::invalid_argument)
           << "stage " << stage;
     }
+    mlp::Parameter q;  // a second parameter: the hooks must belong to the right one
+    q.value = mlp::Matrix::Zero(2, 1);
+    q.grad = mlp::Matrix::Zero(2, 1);
     for (int stage : {1, 2}) {
-      const tp::ZeroOptimizer z({&p}, tp::AdamConfig{}, dist::world(), stage);
-      EXPECT_EQ(z.stage(), stage);
-      EXPECT_EQ(z.state_bytes(), static_cast<std::int64_t>(2 * 5 * sizeof(float)))
-          << "stage " << stage << ": m and v, one chunk of 5 floats each";
+      dist::reset_stats();
+      {
+        const tp::ZeroOptimizer z({&p, &q}, tp::AdamConfig{}, dist::world(), stage);
+        EXPECT_EQ(dist::stats().bytes_sent, 0u) << "the constructor communicates nothing";
+        EXPECT_EQ(z.stage(), stage);
+        EXPECT_EQ(z.state_bytes(), static_cast<std::int64_t>(2 * (5 + 1) * sizeof(float)))
+            << "stage " << stage << ": m and v, one chunk each (5 and 1 floats)";
+        const std::size_t hooks = stage == 2 ? 1 : 0;
+        EXPECT_EQ(p.num_hooks(), hooks) << "stage " << stage << ": hooks on the first parameter";
+        EXPECT_EQ(q.num_hooks(), hooks) << "stage " << stage << ": hooks on the second parameter";
+      }
+      EXPECT_EQ(p.num_hooks(), 0u) << "stage " << stage << ": the destructor removes the hooks";
+      EXPECT_EQ(q.num_hooks(), 0u) << "stage " << stage << ": the destructor removes the hooks";
     }
   });
 }
