@@ -179,7 +179,8 @@ class Finding:
     solution: str       # the solution line it comes from (file:line: code)
 
     def __str__(self) -> str:
-        return (f"{self.where}: prints a formula of the solution ({self.fragment!r}, from "
+        what = "call sequence" if self.fragment.startswith("calls: ") else "formula"
+        return (f"{self.where}: prints a {what} of the solution ({self.fragment!r}, from "
                 f"{self.solution}); state what must hold instead, and move the formula to hint "
                 f"level 3")
 
@@ -233,16 +234,40 @@ def reading(module: str, solutions: Path = SOLUTIONS, docs: Path = DOCS,
     return out
 
 
+#: Calls too common to make a sequence telling (views, sizes, casts, arithmetic helpers).
+PLAIN_CALLS = frozenset({"size", "data", "begin", "end", "subspan", "static_cast", "min", "max",
+                         "span", "vector", "resize", "assign", "fill", "copy", "abs", "move",
+                         "rank", "world_size", "push_back", "emplace_back", "at", "swap"})
+CALLS_IN_A_ROW = 3
+
+
+def calls(code: str) -> list[str]:
+    """The functions called in code, in order (last name component), the plain ones left out."""
+    toks = tokens(code)
+    return [t.text for i, t in enumerate(toks) if i + 1 < len(toks) and toks[i + 1].text == "("
+            and t.text not in KEYWORDS and t.text not in PLAIN_CALLS and t.text not in OPERATORS
+            and re.match(r"[A-Za-z_]", t.text)]
+
+
 def solution_fragments(module: str, solutions: Path = SOLUTIONS) -> dict[str, str]:
-    """fragment -> the first solution line (file:line: code) it comes from."""
+    """fragment -> the first solution line (file:line: code) it comes from. A fragment is a
+    formula's tokens, or `calls: a b c` for CALLS_IN_A_ROW calls the region makes one after the
+    other (a call sequence written as code: `isend(...); recv(...); wait()`)."""
     out: dict[str, str] = {}
     for path in sorted((solutions / module).rglob("*")):
         if path.suffix not in CXX_EXTENSIONS or not path.is_file():
             continue
         for region in stubs.regions(path.read_text(encoding="utf-8"), rel(path)):
+            sequence: list[tuple[str, int, str]] = []
             for k, line in enumerate(region.code, start=1):
+                origin = f"{rel(path)}:{region.line + k}: {line.strip()}"
                 for fragment in fragments(line):
-                    out.setdefault(fragment, f"{rel(path)}:{region.line + k}: {line.strip()}")
+                    out.setdefault(fragment, origin)
+                sequence += [(name, k, origin) for name in calls(line.split("//", 1)[0])]
+            for i in range(len(sequence) - CALLS_IN_A_ROW + 1):
+                run = sequence[i:i + CALLS_IN_A_ROW]
+                if len({name for name, _, _ in run}) == CALLS_IN_A_ROW:
+                    out.setdefault("calls: " + " ".join(name for name, _, _ in run), run[0][2])
     return out
 
 
@@ -253,9 +278,19 @@ def scan(module: str, sources: list[Source], wanted: dict[str, str],
     for source in sources:
         toks = tokens(source.text)
         words = [t.text for t in toks]
+        called = [(t.text, t.line) for i, t in enumerate(toks[:-1]) if toks[i + 1].text == "("
+                  and t.text not in PLAIN_CALLS]
         for fragment, origin in wanted.items():
             if any(f" {fragment} " in f" {a} " for a in allowed):
                 continue                     # an allowed formula and the formulas inside it
+            if fragment.startswith("calls: "):
+                names = fragment.removeprefix("calls: ").split(" ")
+                for i in range(len(called) - len(names) + 1):
+                    if [c for c, _ in called[i:i + len(names)]] == names:
+                        where = f"{source.where}:{called[i][1]}"
+                        found.setdefault(where, Finding(module, where, fragment, origin))
+                        break
+                continue
             want = fragment.split(" ")
             n = len(want)
             first = want[0]

@@ -105,6 +105,25 @@ class TestPlantedGiveaways(unittest.TestCase):
         found = self.found()
         self.assertEqual([f.where for f in found], ["exercises/99_topic/topic.cpp:4"])
 
+    def test_a_call_sequence_written_as_code_is_caught(self) -> None:
+        ring = ("void step(std::span<float> out, std::span<float> in, int left, int right) {\n"
+                "  // BEGIN SOLUTION: one exchange step (README: cost model)\n"
+                "  auto w = dist::isend(std::span<const float>(out), right);\n"
+                "  dist::recv(in.subspan(0, in.size()), left);\n"
+                "  w.wait();\n"
+                "  dist::reduce_into(out, in, op);\n"
+                "  // END SOLUTION\n}\n")
+        (self.tmp / "solutions" / "99_topic" / "ring.cpp").write_text(ring)
+        self.write(readme="Each step sends and receives at the same time: isend, then recv, then wait.\n",
+                   header="", doc="", idea="a", structure="b", details="c")
+        self.assertEqual(self.found(), [], "the calls named in prose are no code")
+        self.write(readme="A step: `auto r = dist::isend(buf, to); dist::recv(tmp, from); r.wait();`\n",
+                   header="", doc="", idea="a", structure="b", details="c")
+        found = self.found()
+        self.assertEqual([f.fragment for f in found], ["calls: isend recv wait"])
+        self.assertIn("call sequence", str(found[0]))
+        self.assertIn("ring.cpp:3", found[0].solution)
+
     def test_the_code_of_a_stub_is_not_prose(self) -> None:
         (self.tmp / "solutions" / "99_topic" / "given.cpp").write_text(
             "int given(Gen& gen, int i) { return gen() % (i + 1); }  // given code\n")

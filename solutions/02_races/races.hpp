@@ -114,10 +114,10 @@ std::vector<double> draw_data(std::size_t n, std::uint64_t seed, int rank);
 /// TODO. The order in which `rank` visits the n examples: a permutation of 0..n-1, the same on
 /// every rank (the Shuffle stream ignores the rank), so every rank can take its own disjoint shard
 /// of one permutation. It is the Fisher-Yates shuffle of the identity order,
-/// driven by make_stream(seed, rank, Purpose::Shuffle) and walking from the back: the position
-/// filled last-to-first each takes a uniformly chosen element among those not placed yet, chosen
-/// as one draw of the stream reduced modulo their number, one draw per position, none for the
-/// first position. The tests rebuild exactly that permutation.
+/// driven by make_stream(seed, rank, Purpose::Shuffle) and walking from the back: each position,
+/// from the last down to the second, swaps with a position at or before it, picked by one draw of
+/// the stream reduced modulo the number of those positions (no draw for the first position). The
+/// tests rebuild exactly that permutation.
 /// (For a new order every epoch, derive the seed from (seed, epoch) with a hash, not seed + epoch.)
 std::vector<std::size_t> shuffle_order(std::size_t n, std::uint64_t seed, int rank);
 
