@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -93,7 +94,15 @@ class Fsdp {
   /// Adam on every shard (Model::launch_adam with this step's number: 1, 2, ...).
   void step();
 
+  ~Fsdp();
+  Fsdp(const Fsdp&) = delete;
+  Fsdp& operator=(const Fsdp&) = delete;
+
   const FsdpConfig& config() const { return config_; }
+
+  /// What forward, backward and step share beyond the members below (yours: defined in
+  /// fsdp.cpp).
+  struct State;
 
  private:
   Model& model_;
@@ -103,7 +112,7 @@ class Fsdp {
   Stream& comm_;
   FsdpConfig config_;
   std::int64_t t_ = 0;  // steps taken
-  // TODO: what you need to order the streams and track the window
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace fsdp

@@ -103,8 +103,7 @@ struct TableRow {
   std::uint64_t bytes_formula = 0;
   std::int64_t memory_formula = 0;
 };
-std::vector<TableRow> comparison_table(const TrainConfig& config,
-                                       const dist::LaunchOptions& launch,
+std::vector<TableRow> comparison_table(const TrainConfig& config, const dist::LaunchOptions& launch,
                                        const datasets::Split& data);
 std::string format_table(const std::vector<TableRow>& rows, int p);
 
