@@ -496,8 +496,8 @@ TEST(DeviceCollectives, AllGatherAndReduceScatterOnAStream) {
       const std::vector<float> red = to_host(reduced, compute);
       for (std::size_t k = 0; k < c; ++k) {
         const std::size_t i = static_cast<std::size_t>(dist::rank()) * c + k;
-        const float want = static_cast<float>(p) * static_cast<float>(i % 7) +
-                           static_cast<float>(p * (p - 1) / 2);
+        const float want =
+            static_cast<float>(p) * static_cast<float>(i % 7) + static_cast<float>(p * (p - 1) / 2);
         ASSERT_EQ(red[k], want) << "reduce_scatter element " << k;
       }
     });
