@@ -41,8 +41,8 @@ void adam_update(std::span<float> w, std::span<const float> g, std::span<float> 
 /// The settings of FSDP (PyTorch FSDP2's names where it has them).
 struct FsdpConfig {
   /// Units whose gathers may be in flight or done ahead of the unit that computes (0: none, a unit
-  /// is gathered only when it is next). The window bounds the memory: at most prefetch + 1 units'
-  /// full weights are held at once.
+  /// is gathered only when it is next). The window bounds the memory: with reshard_after_forward, at
+  /// most prefetch + 1 units' full weights are held at once (and one full gradient in backward).
   int prefetch = 0;
   /// Release each unit's full weights after its forward (and gather them again in backward): less
   /// memory, more traffic. false: keep them from forward until the unit's backward is done.
