@@ -191,11 +191,13 @@ int main(int argc, char** argv) {
       std::printf(
           "%s",
           fsdp::format_table(fsdp::comparison_table(c, launch, data), launch.world_size).c_str());
+      std::printf("%s", fsdp::zero_formula_rows(c.model, launch.world_size).c_str());
       const datasets::Split big_data = mlp::make_data(big.model);
       std::printf("\n8 units (7 of 512 x 512, then 32 x 512), the same ranks and network:\n");
       std::printf(
           "%s", fsdp::format_table(fsdp::comparison_table(big, launch, big_data), launch.world_size)
                     .c_str());
+      std::printf("%s", fsdp::zero_formula_rows(big.model, launch.world_size).c_str());
     }
     return 0;
   });

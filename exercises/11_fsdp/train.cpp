@@ -334,4 +334,32 @@ std::string format_table(const std::vector<TableRow>& rows, int p) {
   return os.str();
 }
 
+std::string zero_formula_rows(const mlp::Config& model, int p) {
+  std::int64_t n = 0, c = 0, sent = 0;
+  for (int u = 0; u < model.n_layers; ++u) {
+    n += static_cast<std::int64_t>(model.layer_in(u)) * model.layer_out(u);
+    const auto cu = static_cast<std::int64_t>(shard_floats(model, u, p));
+    c += cu;
+    sent += 2 * (p - 1) * 4 * cu;  // ring all-reduce = reduce-scatter + all-gather of the unit
+  }
+  auto kib = [](std::int64_t b) { return static_cast<double>(b) / 1024.0; };
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-16s %3s | %9s | %9s %9s %9s %9s\n", "formula only", "p",
+                "sent KiB", "weights", "grads", "opt state", "total");
+  os << line;
+  struct Row {
+    const char* label;
+    std::int64_t grads, state;
+  };
+  for (const Row& r :
+       {Row{"DDP", 4 * n, 8 * n}, Row{"ZeRO-1", 4 * n, 8 * c}, Row{"ZeRO-2", 4 * c, 8 * c}}) {
+    std::snprintf(line, sizeof line, "%-16s %3d | %9.1f | %9.1f %9.1f %9.1f %9.1f\n", r.label, p,
+                  kib(sent), kib(4 * n), kib(r.grads), kib(r.state),
+                  kib(4 * n + r.grads + r.state));
+    os << line;
+  }
+  return os.str();
+}
+
 }  // namespace fsdp
