@@ -19,6 +19,10 @@ void adam_update(std::span<float> w, std::span<const float> g, std::span<float> 
   DISTLAB_TODO("one Adam step with bias correction on every element (model.hpp: AdamConfig)");
 }
 
+struct Fsdp::State {
+  // TODO: whatever forward, backward and step share, e.g. per unit
+};
+
 Fsdp::Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, Stream& comm,
            const FsdpConfig& config)
     : model_(model),
@@ -26,10 +30,13 @@ Fsdp::Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, 
       buffers_(buffers),
       compute_(compute),
       comm_(comm),
-      config_(config) {
+      config_(config),
+      state_(std::make_unique<State>()) {
   if (config_.prefetch < 0) throw std::invalid_argument("FsdpConfig::prefetch must be >= 0");
   DISTLAB_TODO("whatever the passes need to order the two streams, one per unit");
 }
+
+Fsdp::~Fsdp() = default;
 
 // TODO: helpers of your own, if you want them
 

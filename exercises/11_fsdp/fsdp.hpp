@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -40,8 +41,8 @@ void adam_update(std::span<float> w, std::span<const float> g, std::span<float> 
 /// The settings of FSDP (PyTorch FSDP2's names where it has them).
 struct FsdpConfig {
   /// Units whose gathers may be in flight or done ahead of the unit that computes (0: none, a unit
-  /// is gathered only when it is next). The window bounds the memory: at most prefetch + 1 units'
-  /// full weights are held at once.
+  /// is gathered only when it is next). The window bounds the memory: with reshard_after_forward, at
+  /// most prefetch + 1 units' full weights are held at once (and one full gradient in backward).
   int prefetch = 0;
   /// Release each unit's full weights after its forward (and gather them again in backward): less
   /// memory, more traffic. false: keep them from forward until the unit's backward is done.
@@ -93,7 +94,15 @@ class Fsdp {
   /// Adam on every shard (Model::launch_adam with this step's number: 1, 2, ...).
   void step();
 
+  ~Fsdp();
+  Fsdp(const Fsdp&) = delete;
+  Fsdp& operator=(const Fsdp&) = delete;
+
   const FsdpConfig& config() const { return config_; }
+
+  /// What forward, backward and step share beyond the members below (yours: defined in
+  /// fsdp.cpp).
+  struct State;
 
  private:
   Model& model_;
@@ -103,7 +112,7 @@ class Fsdp {
   Stream& comm_;
   FsdpConfig config_;
   std::int64_t t_ = 0;  // steps taken
-  // TODO: what you need to order the streams and track the window
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace fsdp

@@ -48,9 +48,10 @@ int run_sweep(fsdp::TrainConfig c, dist::LaunchOptions launch, const std::string
   std::int64_t n = 0;
   for (int u = 0; u < c.model.n_layers; ++u)
     n += static_cast<std::int64_t>(c.model.layer_in(u)) * c.model.layer_out(u);
-  std::printf("peak memory per rank (KiB) against dp, 8 units (DDP with Adam: 16 bytes per "
-              "parameter, %.1f KiB):\n%4s %12s %12s %12s\n",
-              static_cast<double>(16 * n) / 1024.0, "dp", "prefetch 0", "prefetch 1", "keep");
+  std::printf(
+      "peak memory per rank (KiB) against dp, 8 units (DDP with Adam: 16 bytes per "
+      "parameter, %.1f KiB):\n%4s %12s %12s %12s\n",
+      static_cast<double>(16 * n) / 1024.0, "dp", "prefetch 0", "prefetch 1", "keep");
   for (int dp : {1, 2, 4, 8}) {
     dist::LaunchOptions o = launch;
     o.world_size = dp;
@@ -185,16 +186,18 @@ int main(int argc, char** argv) {
           "\none step per rank on %d ranks (flat network %.0f us + %.2f GB/s, %.0f GFLOP/s per "
           "rank; the largest figure over the ranks, measured, formula beside; KiB):\n",
           launch.world_size, net.latency_s * 1e6, net.bandwidth_Bps / 1e9, gflops);
-      std::printf("\nthe seed model (%d units, the first %d x %d the largest):\n",
-                  c.model.n_layers, c.model.dim_hidden, c.model.dim_in);
-      std::printf("%s", fsdp::format_table(fsdp::comparison_table(c, launch, data),
-                                           launch.world_size)
-                            .c_str());
+      std::printf("\nthe seed model (%d units, the first %d x %d the largest):\n", c.model.n_layers,
+                  c.model.dim_hidden, c.model.dim_in);
+      std::printf(
+          "%s",
+          fsdp::format_table(fsdp::comparison_table(c, launch, data), launch.world_size).c_str());
+      std::printf("%s", fsdp::zero_formula_rows(c.model, launch.world_size).c_str());
       const datasets::Split big_data = mlp::make_data(big.model);
       std::printf("\n8 units (7 of 512 x 512, then 32 x 512), the same ranks and network:\n");
-      std::printf("%s", fsdp::format_table(fsdp::comparison_table(big, launch, big_data),
-                                           launch.world_size)
-                            .c_str());
+      std::printf(
+          "%s", fsdp::format_table(fsdp::comparison_table(big, launch, big_data), launch.world_size)
+                    .c_str());
+      std::printf("%s", fsdp::zero_formula_rows(big.model, launch.world_size).c_str());
     }
     return 0;
   });

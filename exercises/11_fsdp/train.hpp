@@ -103,9 +103,14 @@ struct TableRow {
   std::uint64_t bytes_formula = 0;
   std::int64_t memory_formula = 0;
 };
-std::vector<TableRow> comparison_table(const TrainConfig& config,
-                                       const dist::LaunchOptions& launch,
+std::vector<TableRow> comparison_table(const TrainConfig& config, const dist::LaunchOptions& launch,
                                        const datasets::Split& data);
 std::string format_table(const std::vector<TableRow>& rows, int p);
+/// DDP, ZeRO-1 and ZeRO-2 with Adam on the same units, from their formulas (09 measures them):
+/// bytes sent per rank and step sum_u 2 (p - 1) 4 c_u (a ring all-reduce, or reduce-scatter plus
+/// all-gather, of each padded unit); weights 4N; gradients 4N (DDP, ZeRO-1) or 4 sum_u c_u
+/// (ZeRO-2, steady state: the full gradient of one unit at a time comes on top); Adam's state 8N
+/// (DDP) or 8 sum_u c_u (ZeRO).
+std::string zero_formula_rows(const mlp::Config& model, int p);
 
 }  // namespace fsdp

@@ -75,7 +75,7 @@ class TestNewModuleFiles(unittest.TestCase):
         manifest_text = (self.root / "grader/manifest.toml").read_text()
         self.assertRegex(manifest_text, r"# BEGIN MODULE 11_example\n(.*\n)*# END MODULE 11_example\n$")
         cmake = (self.root / "CMakeLists.txt").read_text()
-        self.assertRegex(cmake, r"set\(DISTLAB_MODULES [^)]*10_streams\s+11_example\)")
+        self.assertRegex(cmake, r"set\(DISTLAB_MODULES [^)]*10_streams\s[^)]*\b11_example\)")  # appended last
         self.assertIn("| [11_example](exercises/11_example/) |", (self.root / "README.md").read_text())
         self.assertEqual(promises.check(NAME, self.root), [])
 

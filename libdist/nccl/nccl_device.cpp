@@ -147,8 +147,8 @@ void CudaDevice::all_gather(int stream, const void* in, void* out, std::size_t c
 void CudaDevice::reduce_scatter(int stream, const void* in, void* out, std::size_t count,
                                 DataType type, ReduceOp op) {
   if (before_collective_) before_collective_();
-  DIST_NCCL_CHECK(ncclReduceScatter(in, out, count, nccl_type(type), nccl_op(op), comm_,
-                                    stream_at(stream)));
+  DIST_NCCL_CHECK(
+      ncclReduceScatter(in, out, count, nccl_type(type), nccl_op(op), comm_, stream_at(stream)));
 }
 
 void CudaDevice::fill(int stream, float* x, std::size_t count, float value) {

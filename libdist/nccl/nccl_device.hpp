@@ -59,8 +59,7 @@ class CudaDevice final : public DeviceImpl {
   void copy(int stream, device::detail::CopyKind kind, void* dst, const void* src,
             std::size_t bytes) override;
   void all_reduce(int stream, void* buf, std::size_t count, DataType type, ReduceOp op) override;
-  void all_gather(int stream, const void* in, void* out, std::size_t count,
-                  DataType type) override;
+  void all_gather(int stream, const void* in, void* out, std::size_t count, DataType type) override;
   void reduce_scatter(int stream, const void* in, void* out, std::size_t count, DataType type,
                       ReduceOp op) override;
   void fill(int stream, float* x, std::size_t count, float value) override;

@@ -479,6 +479,76 @@ TEST(DeviceCollectives, ComputeOverlapsTheCollectiveAndItStartsWhenEveryStreamRe
   });
 }
 
+// all_gather(in, out, s) and reduce_scatter(in, out, s, op) on a stream: values in rank order, the
+// ring's time (docs/threads_backend.md) started when the last rank's stream reaches the call, the
+// host never blocks, traffic as the blocking built-ins, `in` read and `out` written on the stream.
+TEST(DeviceCollectives, AllGatherAndReduceScatterOnAStream) {
+  for (int p : {1, 3, 4}) {
+    constexpr std::size_t c = 1000;  // floats per rank
+    const dist::NetworkModel net;
+    const double ring = (p - 1) * net.message_cost(0, p > 1 ? 1 : 0, c * sizeof(float));
+    run_ranks(threads_options(p), [&] {
+      dev::Stream comm("comm"), compute("compute");
+      const auto pc = static_cast<std::size_t>(p) * c;
+      dev::DeviceBuffer<float> shard("shard", c), full("full", pc), grad("grad", pc),
+          reduced("reduced", c);
+      fill_rank(compute, shard, 1 * kMs);
+      dev::Event written("written");
+      written.record(compute);
+      comm.wait_event(written);
+      dist::reset_stats();
+      dev::all_gather(shard, full, comm);
+      EXPECT_EQ(dist::sim_time(), 0.0);  // never blocks the host
+      dev::launch(comm, {"grad", 0.0, {dev::writes(grad)}}, [&] {
+        auto g = grad.span();
+        for (std::size_t i = 0; i < g.size(); ++i)
+          g[i] = static_cast<float>(i % 7) + static_cast<float>(dist::rank());
+      });
+      dev::reduce_scatter(grad, reduced, comm, dist::ReduceOp::Sum);
+      EXPECT_EQ(dist::sim_time(), 0.0);
+      const dist::Stats st = dist::stats();
+      EXPECT_EQ(st.builtin_collectives, 2u);
+      EXPECT_EQ(st.bytes_sent, 2u * static_cast<std::uint64_t>(p - 1) * c * sizeof(float));
+      comm.synchronize();
+      EXPECT_NEAR(dist::sim_time(), 1 * kMs + 2 * ring, 1e-12) << "p=" << p;
+      const std::vector<float> got = to_host(full, compute);
+      for (std::size_t i = 0; i < pc; ++i)
+        ASSERT_EQ(got[i], static_cast<float>(i / c + 1)) << "all_gather element " << i;
+      const std::vector<float> red = to_host(reduced, compute);
+      for (std::size_t k = 0; k < c; ++k) {
+        const std::size_t i = static_cast<std::size_t>(dist::rank()) * c + k;
+        const float want =
+            static_cast<float>(p) * static_cast<float>(i % 7) + static_cast<float>(p * (p - 1) / 2);
+        ASSERT_EQ(red[k], want) << "reduce_scatter element " << k;
+      }
+    });
+  }
+}
+
+TEST(DeviceCollectives, AllGatherSizesAndItsRaces) {
+  std::string msg = expect_error<dist::Error>(threads_options(2), [] {
+    dev::Stream comm("comm");
+    dev::DeviceBuffer<float> in("in", 3), out("out", 5);
+    dev::all_gather(in, out, comm);
+  });
+  EXPECT_NE(msg.find("world_size() * in.size() = 6"), std::string::npos) << msg;
+  msg = expect_error<dist::Error>(threads_options(2), [] {
+    dev::Stream comm("comm");
+    dev::DeviceBuffer<float> in("in", 5), out("out", 3);
+    dev::reduce_scatter(in, out, comm);
+  });
+  EXPECT_NE(msg.find("world_size() * out.size() = 6"), std::string::npos) << msg;
+  // The gather reads a shard a kernel on another stream wrote, with no event between them.
+  msg = expect_error<dev::StreamRaceError>(threads_options(2), [] {
+    dev::Stream comm("comm"), compute("compute");
+    dev::DeviceBuffer<float> shard("shard", 4), full("full", 8);
+    fill_rank(compute, shard, 1 * kMs);
+    dev::all_gather(shard, full, comm);
+  });
+  for (const char* part : {"buffer 'shard'", "all_gather on stream 'comm' reads"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part << "\nin: " << msg;
+}
+
 // <dist/device_kernels.hpp> on the simulated device: values, durations, names, declared accesses.
 TEST(DeviceKernels, ValuesTimesAndTheRaceDetectorSeeThem) {
   run_ranks(threads_options(1), [&] {

@@ -122,9 +122,8 @@ void all_gather_on(int stream, const void* in, void* out, std::size_t count, Dat
     return real->all_gather(stream, in, out, count, type);
   const auto p = static_cast<std::size_t>(::dist::world_size());
   stream_collective("all_gather", stream, {{in_buffer, false}, {out_buffer, true}},
-                    p * count * size_of(type), [&] {
-                      ::dist::detail::current().all_gather(in, out, count, type, Group{});
-                    });
+                    p * count * size_of(type),
+                    [&] { ::dist::detail::current().all_gather(in, out, count, type, Group{}); });
 }
 
 void reduce_scatter_on(int stream, const void* in, void* out, std::size_t count, DataType type,
@@ -132,10 +131,9 @@ void reduce_scatter_on(int stream, const void* in, void* out, std::size_t count,
   if (auto* real = ::dist::detail::real_device())
     return real->reduce_scatter(stream, in, out, count, type, op);
   const auto p = static_cast<std::size_t>(::dist::world_size());
-  stream_collective("reduce_scatter", stream, {{in_buffer, false}, {out_buffer, true}},
-                    p * count * size_of(type), [&] {
-                      ::dist::detail::current().reduce_scatter(in, out, count, type, op, Group{});
-                    });
+  stream_collective(
+      "reduce_scatter", stream, {{in_buffer, false}, {out_buffer, true}}, p * count * size_of(type),
+      [&] { ::dist::detail::current().reduce_scatter(in, out, count, type, op, Group{}); });
 }
 
 Work all_reduce_async_on(int stream, void* buf, std::size_t count, DataType type, ReduceOp op,

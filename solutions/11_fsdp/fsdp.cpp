@@ -43,6 +43,14 @@ void adam_update(std::span<float> w, std::span<const float> g, std::span<float> 
   // END SOLUTION
 }
 
+struct Fsdp::State {
+  // BEGIN SOLUTION DECL: whatever forward, backward and step share, e.g. per unit
+  std::vector<Event> gathered;  // recorded on comm after unit u's all-gather
+  std::vector<Event> computed;  // recorded on compute after unit u's forward, then its backward
+  std::vector<Event> reduced;   // recorded on comm after unit u's reduce-scatter
+  // END SOLUTION
+};
+
 Fsdp::Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, Stream& comm,
            const FsdpConfig& config)
     : model_(model),
@@ -50,25 +58,31 @@ Fsdp::Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, 
       buffers_(buffers),
       compute_(compute),
       comm_(comm),
-      config_(config) {
+      config_(config),
+      state_(std::make_unique<State>()) {
   if (config_.prefetch < 0) throw std::invalid_argument("FsdpConfig::prefetch must be >= 0");
   // BEGIN SOLUTION: whatever the passes need to order the two streams, one per unit
   const auto units = static_cast<std::size_t>(model_.num_units());
   for (std::size_t u = 0; u < units; ++u) {
-    gathered_.emplace_back("gathered " + std::to_string(u));
-    computed_.emplace_back("computed " + std::to_string(u));
-    reduced_.emplace_back("reduced " + std::to_string(u));
+    state_->gathered.emplace_back("gathered " + std::to_string(u));
+    state_->computed.emplace_back("computed " + std::to_string(u));
+    state_->reduced.emplace_back("reduced " + std::to_string(u));
   }
   // END SOLUTION
 }
 
+Fsdp::~Fsdp() = default;
+
 // BEGIN SOLUTION DECL: helpers of your own, if you want them
-void Fsdp::gather(int u, int after) {
-  if (after >= 0) comm_.wait_event(computed_[static_cast<std::size_t>(after)]);
-  DeviceBuffer<float>& full = buffers_.acquire_weights(u);
-  dist::device::all_gather(shards_.w[static_cast<std::size_t>(u)], full, comm_);
-  gathered_[static_cast<std::size_t>(u)].record(comm_);
+namespace {
+/// Acquires and all-gathers unit u's weights on comm, after unit `after`'s kernel (-1: none).
+void gather(int u, int after, Shards& shards, UnitBuffers& buffers, Stream& comm, Fsdp::State& st) {
+  if (after >= 0) comm.wait_event(st.computed[static_cast<std::size_t>(after)]);
+  DeviceBuffer<float>& full = buffers.acquire_weights(u);
+  dist::device::all_gather(shards.w[static_cast<std::size_t>(u)], full, comm);
+  st.gathered[static_cast<std::size_t>(u)].record(comm);
 }
+}  // namespace
 // END SOLUTION
 
 void Fsdp::forward() {
@@ -77,10 +91,11 @@ void Fsdp::forward() {
   const int units = model_.num_units();
   int issued = 0;  // units 0 .. issued-1 have been gathered in this pass
   for (int u = 0; u < units; ++u) {
-    for (; issued < units && issued <= u + config_.prefetch; ++issued) gather(issued, u - 1);
-    compute_.wait_event(gathered_[static_cast<std::size_t>(u)]);
+    for (; issued < units && issued <= u + config_.prefetch; ++issued)
+      gather(issued, u - 1, shards_, buffers_, comm_, *state_);
+    compute_.wait_event(state_->gathered[static_cast<std::size_t>(u)]);
     model_.launch_forward(u, buffers_.weights(u), compute_, buffers_);
-    computed_[static_cast<std::size_t>(u)].record(compute_);
+    state_->computed[static_cast<std::size_t>(u)].record(compute_);
     if (config_.reshard_after_forward) buffers_.release_weights(u);
   }
   // END SOLUTION
@@ -96,16 +111,16 @@ void Fsdp::backward() {
     const auto uu = static_cast<std::size_t>(u);
     if (config_.reshard_after_forward) {
       for (; issued < units && issued <= q + config_.prefetch; ++issued)
-        gather(units - 1 - issued, q > 0 ? u + 1 : units - 1);
-      compute_.wait_event(gathered_[uu]);
+        gather(units - 1 - issued, q > 0 ? u + 1 : units - 1, shards_, buffers_, comm_, *state_);
+      compute_.wait_event(state_->gathered[uu]);
     }
     DeviceBuffer<float>& grad = buffers_.acquire_gradient(u);
     model_.launch_backward(u, buffers_.weights(u), grad, compute_, buffers_);
-    computed_[uu].record(compute_);
+    state_->computed[uu].record(compute_);
     buffers_.release_weights(u);
-    comm_.wait_event(computed_[uu]);
+    comm_.wait_event(state_->computed[uu]);
     dist::device::reduce_scatter(grad, shards_.g[uu], comm_, dist::ReduceOp::Avg);
-    reduced_[uu].record(comm_);
+    state_->reduced[uu].record(comm_);
     buffers_.release_gradient(u);
   }
   // END SOLUTION
@@ -116,7 +131,7 @@ void Fsdp::step() {
   // BEGIN SOLUTION: Adam on every unit's shards on compute, unit L-1 first, each after its own
   //   reduce-scatter (header: the contract of Fsdp)
   for (int u = model_.num_units() - 1; u >= 0; --u) {
-    compute_.wait_event(reduced_[static_cast<std::size_t>(u)]);
+    compute_.wait_event(state_->reduced[static_cast<std::size_t>(u)]);
     model_.launch_adam(u, shards_, t_, config_.adam, compute_);
   }
   // END SOLUTION

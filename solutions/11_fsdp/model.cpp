@@ -177,8 +177,8 @@ double Model::backward_seconds(int u, std::size_t rows) const {
 }
 
 double Model::adam_seconds(int u) const {
-  return adam_s_per_float_ * static_cast<double>(padded(numel(u), dp_) /
-                                                 static_cast<std::size_t>(dp_));
+  return adam_s_per_float_ *
+         static_cast<double>(padded(numel(u), dp_) / static_cast<std::size_t>(dp_));
 }
 
 namespace {
@@ -194,22 +194,23 @@ void check_size(const char* what, int u, std::size_t have, std::size_t want) {
 }
 }  // namespace
 
-void Model::launch_forward(int u, const DeviceBuffer<float>& weights, Stream& s,
-                           UnitBuffers& log) {
+void Model::launch_forward(int u, const DeviceBuffer<float>& weights, Stream& s, UnitBuffers& log) {
   check_size("launch_forward", u, weights.size(), padded(numel(u), dp_));
   log.log().push_back({LogEntry::Forward, u});
   const auto iu = static_cast<std::size_t>(u);
-  dist::device::launch(
-      s,
-      {"forward " + std::to_string(u), forward_seconds(u, static_cast<std::size_t>(x_.rows())),
-       {dist::device::reads(weights)}},
-      [&, u, iu] {
-        const ConstMap w(weights.cspan().data(), config_.layer_out(u), config_.layer_in(u));
-        const Matrix& in = u == 0 ? x_ : h_[iu - 1];
-        z_[iu].resize(in.rows(), w.rows());
-        z_[iu].noalias() = in * w.transpose();
-        if (u + 1 < config_.n_layers) mlp::activation_forward(config_.activation, z_[iu], h_[iu]);
-      });
+  dist::device::launch(s,
+                       {"forward " + std::to_string(u),
+                        forward_seconds(u, static_cast<std::size_t>(x_.rows())),
+                        {dist::device::reads(weights)}},
+                       [&, u, iu] {
+                         const ConstMap w(weights.cspan().data(), config_.layer_out(u),
+                                          config_.layer_in(u));
+                         const Matrix& in = u == 0 ? x_ : h_[iu - 1];
+                         z_[iu].resize(in.rows(), w.rows());
+                         z_[iu].noalias() = in * w.transpose();
+                         if (u + 1 < config_.n_layers)
+                           mlp::activation_forward(config_.activation, z_[iu], h_[iu]);
+                       });
 }
 
 float Model::launch_loss(Stream& s) {
@@ -229,7 +230,8 @@ void Model::launch_backward(int u, const DeviceBuffer<float>& weights,
   const auto iu = static_cast<std::size_t>(u);
   dist::device::launch(
       s,
-      {"backward " + std::to_string(u), backward_seconds(u, static_cast<std::size_t>(x_.rows())),
+      {"backward " + std::to_string(u),
+       backward_seconds(u, static_cast<std::size_t>(x_.rows())),
        {dist::device::reads(weights), dist::device::writes(gradient)}},
       [&, u, iu] {
         const ConstMap w(weights.cspan().data(), config_.layer_out(u), config_.layer_in(u));

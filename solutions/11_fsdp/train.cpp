@@ -27,9 +27,8 @@ namespace {
 std::vector<std::size_t> padded_sizes(const mlp::Config& c, int p) {
   std::vector<std::size_t> out;
   for (int u = 0; u < c.n_layers; ++u) {
-    out.push_back(padded(static_cast<std::size_t>(c.layer_out(u)) *
-                             static_cast<std::size_t>(c.layer_in(u)),
-                         p));
+    out.push_back(padded(
+        static_cast<std::size_t>(c.layer_out(u)) * static_cast<std::size_t>(c.layer_in(u)), p));
   }
   return out;
 }
@@ -79,8 +78,7 @@ Trainer::Trainer(const TrainConfig& config, const datasets::Split& data)
 
 float Trainer::step(std::int64_t t) {
   loader_.load(t, x_, y_);
-  const Range rows = rows_of(static_cast<std::size_t>(x_.rows()), dist::world_size(),
-                             dist::rank());
+  const Range rows = rows_of(static_cast<std::size_t>(x_.rows()), dist::world_size(), dist::rank());
   xs_ =
       x_.middleRows(static_cast<Eigen::Index>(rows.begin), static_cast<Eigen::Index>(rows.size()));
   ys_.assign(y_.begin() + static_cast<std::ptrdiff_t>(rows.begin),
@@ -192,7 +190,9 @@ double step_formula(const TrainConfig& config, int p, const dist::NetworkModel& 
   const int L = c.n_layers, k = config.fsdp.prefetch;
   const auto rows = static_cast<std::size_t>(c.batch_size / p);
   double compute = 0, comm = 0;  // the streams' tails
-  auto on_comm = [&](double after, double seconds) { return comm = std::max(comm, after) + seconds; };
+  auto on_comm = [&](double after, double seconds) {
+    return comm = std::max(comm, after) + seconds;
+  };
   auto on_compute = [&](double after, double seconds) {
     return compute = std::max(compute, after) + seconds;
   };
@@ -221,7 +221,8 @@ double step_formula(const TrainConfig& config, int p, const dist::NetworkModel& 
     reduced[static_cast<std::size_t>(u)] =
         on_comm(done, reduce_scatter_seconds(shard_floats(c, u, p), p, net));
   }
-  for (int u = L - 1; u >= 0; --u) on_compute(reduced[static_cast<std::size_t>(u)], model.adam_seconds(u));
+  for (int u = L - 1; u >= 0; --u)
+    on_compute(reduced[static_cast<std::size_t>(u)], model.adam_seconds(u));
   return std::max(compute, comm);
 }
 
@@ -272,8 +273,7 @@ std::int64_t memory_formula(const TrainConfig& config, int p) {
 
 // ---- the table --------------------------------------------------------------------------------
 
-std::vector<TableRow> comparison_table(const TrainConfig& config,
-                                       const dist::LaunchOptions& launch,
+std::vector<TableRow> comparison_table(const TrainConfig& config, const dist::LaunchOptions& launch,
                                        const datasets::Split& data) {
   const int p = launch.world_size;
   std::vector<TableRow> rows;
@@ -317,19 +317,46 @@ std::string format_table(const std::vector<TableRow>& rows, int p) {
   std::ostringstream os;
   char line[320];
   std::snprintf(line, sizeof line, "%-16s %3s | %9s %9s | %9s %9s | %9s %9s %9s %9s %9s\n",
-                "config", "p", "step ms", "formula", "sent KiB", "formula", "peak KiB",
-                "shards", "weights", "grads", "formula");
+                "config", "p", "step ms", "formula", "sent KiB", "formula", "peak KiB", "shards",
+                "weights", "grads", "formula");
   os << line;
   for (const TableRow& r : rows) {
     const StepMeasure& m = r.max;
-    std::snprintf(line, sizeof line,
-                  "%-16s %3d | %9.4f %9.4f | %9.1f %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f\n",
-                  r.label.c_str(), p, m.step_s * 1e3, r.step_formula_s * 1e3,
-                  kib(static_cast<double>(m.bytes_sent)), kib(static_cast<double>(r.bytes_formula)),
-                  kib(static_cast<double>(m.peak)), kib(static_cast<double>(m.shards)),
-                  kib(static_cast<double>(m.peak_weights)),
-                  kib(static_cast<double>(m.peak_gradients)),
-                  kib(static_cast<double>(r.memory_formula)));
+    std::snprintf(
+        line, sizeof line,
+        "%-16s %3d | %9.4f %9.4f | %9.1f %9.1f | %9.1f %9.1f %9.1f %9.1f %9.1f\n", r.label.c_str(),
+        p, m.step_s * 1e3, r.step_formula_s * 1e3, kib(static_cast<double>(m.bytes_sent)),
+        kib(static_cast<double>(r.bytes_formula)), kib(static_cast<double>(m.peak)),
+        kib(static_cast<double>(m.shards)), kib(static_cast<double>(m.peak_weights)),
+        kib(static_cast<double>(m.peak_gradients)), kib(static_cast<double>(r.memory_formula)));
+    os << line;
+  }
+  return os.str();
+}
+
+std::string zero_formula_rows(const mlp::Config& model, int p) {
+  std::int64_t n = 0, c = 0, sent = 0;
+  for (int u = 0; u < model.n_layers; ++u) {
+    n += static_cast<std::int64_t>(model.layer_in(u)) * model.layer_out(u);
+    const auto cu = static_cast<std::int64_t>(shard_floats(model, u, p));
+    c += cu;
+    sent += 2 * (p - 1) * 4 * cu;  // ring all-reduce = reduce-scatter + all-gather of the unit
+  }
+  auto kib = [](std::int64_t b) { return static_cast<double>(b) / 1024.0; };
+  std::ostringstream os;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-16s %3s | %9s | %9s %9s %9s %9s\n", "formula only", "p",
+                "sent KiB", "weights", "grads", "opt state", "total");
+  os << line;
+  struct Row {
+    const char* label;
+    std::int64_t grads, state;
+  };
+  for (const Row& r :
+       {Row{"DDP", 4 * n, 8 * n}, Row{"ZeRO-1", 4 * n, 8 * c}, Row{"ZeRO-2", 4 * c, 8 * c}}) {
+    std::snprintf(line, sizeof line, "%-16s %3d | %9.1f | %9.1f %9.1f %9.1f %9.1f\n", r.label, p,
+                  kib(sent), kib(4 * n), kib(r.grads), kib(r.state),
+                  kib(4 * n + r.grads + r.state));
     os << line;
   }
   return os.str();

@@ -41,7 +41,7 @@ inline TrainConfig config_of(int prefetch, bool reshard, mlp::Config model = sma
   c.fsdp.reshard_after_forward = reshard;
   c.fsdp.adam.learning_rate = 1e-2f;
   c.fsdp.adam.eps = 1e-3f;  // near the gradients' size: a sum instead of the mean shows
-  c.flops_per_s = 1e9;         // kernels of microseconds: comparable to the gathers
+  c.flops_per_s = 1e9;      // kernels of microseconds: comparable to the gathers
   c.adam_s_per_float = 1e-8;
   return c;
 }
@@ -110,8 +110,8 @@ inline ::testing::AssertionResult weights_near(const std::vector<std::vector<flo
     return ::testing::AssertionFailure() << got.size() << " units, expected " << want.size();
   for (std::size_t u = 0; u < want.size(); ++u) {
     if (got[u].size() != want[u].size())
-      return ::testing::AssertionFailure() << "unit " << u << ": " << got[u].size()
-                                           << " weights, expected " << want[u].size();
+      return ::testing::AssertionFailure()
+             << "unit " << u << ": " << got[u].size() << " weights, expected " << want[u].size();
     for (std::size_t i = 0; i < want[u].size(); ++i) {
       const double tol = 1e-4 * lr * steps + 1e-6 * std::abs(want[u][i]);
       if (!(std::abs(got[u][i] - want[u][i]) <= tol))
@@ -182,8 +182,8 @@ inline Times times_of(const TrainConfig& c, int p, const dist::NetworkModel& net
     const double bytes = 4.0 * static_cast<double>(shard_of(c.model, u, p));
     const double msg = p > 1 ? net.latency_s + bytes / net.bandwidth_Bps : 0;
     t.gather.push_back((p - 1) * msg);
-    t.reduce_scatter.push_back(
-        (p - 1) * (msg + (net.reduce_Bps > 0 && p > 1 ? bytes / net.reduce_Bps : 0)));
+    t.reduce_scatter.push_back((p - 1) *
+                               (msg + (net.reduce_Bps > 0 && p > 1 ? bytes / net.reduce_Bps : 0)));
     const double f = 2.0 * rows * static_cast<double>(numel(c.model, u)) / c.flops_per_s;
     t.forward.push_back(f);
     t.backward.push_back(u == 0 ? f : 2 * f);

@@ -179,9 +179,8 @@ void expect_window(const std::vector<LogEntry>& log, LogEntry::Kind compute,
     ASSERT_LT(launched, order.size()) << what;
     ASSERT_EQ(e.unit, order[launched]) << what << ": units launched out of order";
     const std::size_t want = std::min(launched + static_cast<std::size_t>(k) + 1, order.size());
-    ASSERT_EQ(gathered.size(), want)
-        << what << ": gathers issued when unit " << e.unit << " was launched (prefetch " << k
-        << ")";
+    ASSERT_EQ(gathered.size(), want) << what << ": gathers issued when unit " << e.unit
+                                     << " was launched (prefetch " << k << ")";
     for (std::size_t j = 0; j < want; ++j) ASSERT_EQ(gathered[j], order[j]) << what;
     ++launched;
   }
@@ -229,8 +228,7 @@ TEST(SimulatedTime, NoPrefetchIsTheSumOfItsParts) {
   const TrainConfig c = config_of(0, true);
   for (int p : {2, 4}) {
     const std::vector<RankResult> got = run(c, p, 2);
-    EXPECT_TRUE(time_near(got[0].measure.step_s, expected_step_no_prefetch(c, p, {})))
-        << "p=" << p;
+    EXPECT_TRUE(time_near(got[0].measure.step_s, expected_step_no_prefetch(c, p, {}))) << "p=" << p;
   }
 }
 
