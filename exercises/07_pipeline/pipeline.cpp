@@ -157,9 +157,9 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
 
 std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
   if (stages < 1 || stage < 0 || stage >= stages || microbatches < 1) {
-    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) + ", stage=" +
-                                std::to_string(stage) + ", microbatches=" +
-                                std::to_string(microbatches) +
+    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) +
+                                ", stage=" + std::to_string(stage) +
+                                ", microbatches=" + std::to_string(microbatches) +
                                 "): need stages >= 1, 0 <= stage < stages, microbatches >= 1");
   }
   std::vector<Op> ops;
@@ -195,12 +195,11 @@ int chunk_rank(int chunk, int ranks) {
 
 std::vector<Op> interleaved_ops(int ranks, int rank, int microbatches, int chunks) {
   if (ranks < 1 || rank < 0 || rank >= ranks || microbatches < 1 || chunks < 1) {
-    throw std::invalid_argument("interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" +
-                                std::to_string(rank) + ", microbatches=" +
-                                std::to_string(microbatches) + ", chunks=" +
-                                std::to_string(chunks) +
-                                "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
-                                "chunks >= 1");
+    throw std::invalid_argument(
+        "interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" + std::to_string(rank) +
+        ", microbatches=" + std::to_string(microbatches) + ", chunks=" + std::to_string(chunks) +
+        "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
+        "chunks >= 1");
   }
   std::vector<Op> ops;
   DISTLAB_TODO("this rank's forwards and backwards over its chunks: warm-up, the steady "

@@ -229,8 +229,8 @@ struct StepState {
   Matrix probs;                // softmax scratch (last stage)
   std::deque<Matrix> dlogits;  // last stage: loss gradients of forwarded microbatches, oldest first
   double loss = 0;             // last stage: the batch's mean loss, summed over microbatches
-  std::deque<Matrix> outbox;       // run_ops: copies of the messages still in flight
-  std::vector<dist::Work> sends;   // run_ops: their sends
+  std::deque<Matrix> outbox;   // run_ops: copies of the messages still in flight
+  std::vector<dist::Work> sends;  // run_ops: their sends
 };
 
 /// Task 4. Forward of microbatch i on this stage. Stage 0 takes the microbatch's rows of batch.x
