@@ -29,6 +29,8 @@ Range stage_layers(int n_layers, int stages, int stage) {
 // =============================================================================================
 // Task 2: a stage's forward and backward, through 05's building blocks.
 
+// TODO: helpers of your own for Tasks 2, 8 and 9, if you want them
+
 const Matrix& Stage::forward(const Matrix& x, int microbatch) {
   if (x.cols() != in_features()) {
     throw std::invalid_argument("Stage::forward: stage " + std::to_string(stage_) + " expects " +
@@ -72,8 +74,6 @@ void Stage::backward_weight(int microbatch) {
   DISTLAB_TODO("the weight-gradient half: ADD this microbatch's weight gradients and release its "
                "stash; only after the microbatch's B (README: Task 9)");
 }
-
-// TODO: the helpers of Tasks 2, 8 and 9, if you wrote some
 
 // =============================================================================================
 // Task 3: the communication helpers.

@@ -182,7 +182,7 @@ class Stage {
   Matrix out_;                     // forward's output
   Matrix grad_scratch_, dh_, dz_;  // backward's buffers
   void charge(char kind, double seconds, int microbatch);
-  // TODO: private helpers of your own, if you want them (Tasks 2, 8, 9)
+  std::set<int> pending_w_;  // Task 9: microbatches whose B has run and whose W has not
 };
 
 // ---------------------------------------------------------------------------------------------
