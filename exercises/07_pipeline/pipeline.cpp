@@ -173,7 +173,6 @@ std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
 
 void run_ops(std::span<Stage> chunks, const Batch& batch, const std::vector<Op>& ops,
              StepState& st) {
-  const int ranks = dist::world_size();
   DISTLAB_TODO("run each operation in order on its chunk: receive its input from the rank of the "
                "neighbouring chunk, compute, send the result on without waiting for it to be "
                "taken; every send complete before returning (README: Task 11)");

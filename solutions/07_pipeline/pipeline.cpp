@@ -381,10 +381,10 @@ std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
 
 void run_ops(std::span<Stage> chunks, const Batch& batch, const std::vector<Op>& ops,
              StepState& st) {
-  const int ranks = dist::world_size();
   // BEGIN SOLUTION: run each operation in order on its chunk: receive its input from the rank of
   //   the neighbouring chunk, compute, send the result on without waiting for it to be taken;
   //   every send complete before returning (README: Task 11)
+  const int ranks = dist::world_size();
   auto post = [&](const Matrix& m, int dst, int tag) {
     st.outbox.push_back(m);  // the send's buffer must live until the send completes
     st.sends.push_back(dist::isend(dist::as_span(st.outbox.back()), dst, tag));
