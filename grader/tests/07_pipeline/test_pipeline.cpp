@@ -907,6 +907,27 @@ TEST(TimeInterleaved, BubbleIsPMinus1OverVMPlusPMinus1) {
   }
 }
 
+TEST(TimeBusyNetwork, NaiveAndGPipePayLatencyOnTheCriticalPath) {
+  // Every message costs alpha (unlimited bandwidth) and a blocking send returns when its message
+  // has arrived. Naive: 2 (p-1) messages on the critical path; GPipe: a stage sends one message
+  // per forward (backward), so its forwards leave one per tf + alpha: 2 (m + p - 2) of them.
+  for (double frac : {0.2, 1.3}) {
+    for (int p : {2, 3, 4}) {
+      for (int m : {1, 3, 5}) {
+        const double tf = 2.0 * (120.0 / m) * 16 * 16 / 1e9;
+        const double alpha = frac * tf;
+        timed(Schedule::Naive, false, {p}, {m}, alpha, [&](int pp_, int mm, double t) {
+          return 3.0 * pp_ * mm * t + 2.0 * (pp_ - 1) * alpha;
+        });
+        timed(Schedule::GPipe, false, {p}, {m}, alpha, [&](int pp_, int mm, double t) {
+          return 3.0 * (mm + pp_ - 1) * t + 2.0 * (mm + pp_ - 2) * alpha;
+        });
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
 TEST(TimeBusyNetwork, InterleavedMessagesTimedInOrder) {
   const int width = 16, batch = 240;
   const double flops = 1e9;
