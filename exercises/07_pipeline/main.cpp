@@ -55,10 +55,9 @@ Simulated simulate(const dist::LaunchOptions& launch, const pp::PipelineConfig& 
     loader.load(0, x, y);
     const distlab::Stopwatch sw;
     const pp::Batch batch{x, y, c.microbatches};
-    const pp::StepMeasure m =
-        c.schedule == pp::Schedule::Interleaved
-            ? pp::measured_step_interleaved(stages, rank_meter, opt, batch)
-            : pp::measured_step(stages[0], opt, batch, c.schedule);
+    const pp::StepMeasure m = c.schedule == pp::Schedule::Interleaved
+                                  ? pp::measured_step_interleaved(stages, rank_meter, opt, batch)
+                                  : pp::measured_step(stages[0], opt, batch, c.schedule);
     const double wall = sw.elapsed_s();
     const double mine[] = {
         m.busy_s, static_cast<double>(m.peak_microbatches), static_cast<double>(m.peak_bytes),
@@ -159,9 +158,9 @@ void sweep(int stages, int width, int layers_per_stage, double gflops, bool reco
                   peak_max);
       if (csv) {
         std::fprintf(csv, "%s,%d,%d,%d,%.9g,%.6f,%.6f,%d,%lld,%d\n", pp::to_string(s),
-                     c.recompute ? 1 : 0, stages, m, r.ranks[0].step_s, r.ranks[0].bubble,
-                     formula, r.ranks[0].peak_microbatches,
-                     static_cast<long long>(r.ranks[0].peak_bytes), peak_max);
+                     c.recompute ? 1 : 0, stages, m, r.ranks[0].step_s, r.ranks[0].bubble, formula,
+                     r.ranks[0].peak_microbatches, static_cast<long long>(r.ranks[0].peak_bytes),
+                     peak_max);
       }
     }
     std::printf("\n");
@@ -212,8 +211,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--columns", timeline_columns, "width of the text timeline")
       ->check(CLI::Range(20, 1000));
-  app.add_flag("--sweep", do_sweep,
-               "print bubble and peak stash vs m for every schedule instead");
+  app.add_flag("--sweep", do_sweep, "print bubble and peak stash vs m for every schedule instead");
   app.add_option("--csv", csv_path, "with --sweep: also write the table to this CSV file");
   CLI11_PARSE(app, argc, argv);
 
@@ -295,12 +293,12 @@ int main(int argc, char** argv) {
     std::printf("\nsimulated step (%s, p = %d, m = %d, compute at %.0f GFLOP/s per stage):\n",
                 pp::to_string(c.schedule), p,
                 c.schedule == pp::Schedule::Naive ? 1 : c.microbatches, gflops);
-    const double formula =
-        pp::formula_bubble(c.schedule, p, c.microbatches, c.recompute, c.chunks);
+    const double formula = pp::formula_bubble(c.schedule, p, c.microbatches, c.recompute, c.chunks);
     if (std::isnan(formula)) {
-      std::printf("  step time %.3f ms | bubble fraction %.4f measured (no formula for %s with "
-                  "recomputation)\n",
-                  r0.step_s * 1e3, r0.bubble, pp::to_string(c.schedule));
+      std::printf(
+          "  step time %.3f ms | bubble fraction %.4f measured (no formula for %s with "
+          "recomputation)\n",
+          r0.step_s * 1e3, r0.bubble, pp::to_string(c.schedule));
     } else {
       std::printf(
           "  step time %.3f ms | bubble fraction %.4f measured, %.4f for equal stages with free "
@@ -341,7 +339,7 @@ int main(int argc, char** argv) {
     std::printf(
         "\ntimeline (F<i>: forward of microbatch i, B<i>: backward (zb: its input gradient), "
         "W<i>: weight gradient, R<i>: recomputed forward, '.': idle):\n%s",
-                pp::render_timeline(spans, timeline_columns).c_str());
+        pp::render_timeline(spans, timeline_columns).c_str());
     if (!trace.empty()) {
       pp::add_memory_counters(trace, memory);
       std::printf("\ntrace of the simulated step written to %s\n", trace.c_str());

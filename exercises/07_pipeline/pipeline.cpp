@@ -29,6 +29,8 @@ Range stage_layers(int n_layers, int stages, int stage) {
 // =============================================================================================
 // Task 2: a stage's forward and backward, through 05's building blocks.
 
+// TODO: helpers of your own for Tasks 2, 8 and 9, if you want them
+
 const Matrix& Stage::forward(const Matrix& x, int microbatch) {
   if (x.cols() != in_features()) {
     throw std::invalid_argument("Stage::forward: stage " + std::to_string(stage_) + " expects " +
@@ -72,8 +74,6 @@ void Stage::backward_weight(int microbatch) {
   DISTLAB_TODO("the weight-gradient half: ADD this microbatch's weight gradients and release its "
                "stash; only after the microbatch's B (README: Task 9)");
 }
-
-// TODO: the helpers of Tasks 2, 8 and 9, if you wrote some
 
 // =============================================================================================
 // Task 3: the communication helpers.
@@ -157,9 +157,9 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
 
 std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
   if (stages < 1 || stage < 0 || stage >= stages || microbatches < 1) {
-    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) + ", stage=" +
-                                std::to_string(stage) + ", microbatches=" +
-                                std::to_string(microbatches) +
+    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) +
+                                ", stage=" + std::to_string(stage) +
+                                ", microbatches=" + std::to_string(microbatches) +
                                 "): need stages >= 1, 0 <= stage < stages, microbatches >= 1");
   }
   std::vector<Op> ops;
@@ -173,7 +173,6 @@ std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
 
 void run_ops(std::span<Stage> chunks, const Batch& batch, const std::vector<Op>& ops,
              StepState& st) {
-  const int ranks = dist::world_size();
   DISTLAB_TODO("run each operation in order on its chunk: receive its input from the rank of the "
                "neighbouring chunk, compute, send the result on without waiting for it to be "
                "taken; every send complete before returning (README: Task 11)");
@@ -195,12 +194,11 @@ int chunk_rank(int chunk, int ranks) {
 
 std::vector<Op> interleaved_ops(int ranks, int rank, int microbatches, int chunks) {
   if (ranks < 1 || rank < 0 || rank >= ranks || microbatches < 1 || chunks < 1) {
-    throw std::invalid_argument("interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" +
-                                std::to_string(rank) + ", microbatches=" +
-                                std::to_string(microbatches) + ", chunks=" +
-                                std::to_string(chunks) +
-                                "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
-                                "chunks >= 1");
+    throw std::invalid_argument(
+        "interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" + std::to_string(rank) +
+        ", microbatches=" + std::to_string(microbatches) + ", chunks=" + std::to_string(chunks) +
+        "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
+        "chunks >= 1");
   }
   std::vector<Op> ops;
   DISTLAB_TODO("this rank's forwards and backwards over its chunks: warm-up, the steady "

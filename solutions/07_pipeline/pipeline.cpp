@@ -31,6 +31,66 @@ Range stage_layers(int n_layers, int stages, int stage) {
 // =============================================================================================
 // Task 2: a stage's forward and backward, through 05's building blocks.
 
+// BEGIN SOLUTION DECL: helpers of your own for Tasks 2, 8 and 9, if you want them
+namespace {
+
+// Fills s.z and s.h from s.input: the stage's layers, as 05's forward runs them.
+void run_layers(const Stage& stage, Stash& s) {
+  const Range layers = stage.layers();
+  const auto weights = stage.parameters();
+  const int n = layers.size;
+  s.z.assign(static_cast<std::size_t>(n), Matrix());
+  s.h.assign(static_cast<std::size_t>(n), Matrix());
+  const Matrix* h = &s.input;
+  for (int k = 0; k < n; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    mlp::linear_forward(*h, weights[i]->value, s.z[i]);
+    if (layers.begin + k + 1 < stage.config().n_layers) {  // every layer but the model's last
+      mlp::activation_forward(stage.config().activation, s.z[i], s.h[i]);
+      h = &s.h[i];
+    }
+  }
+}
+
+// Backpropagates dy through the layers; leaves d loss / d z of every layer in s.z (what the weight
+// gradients need, the same bytes) and writes dx unless this is the first stage.
+void input_gradients(const Stage& stage, Stash& s, const Matrix& dy, Matrix& dx) {
+  const Range layers = stage.layers();
+  const auto weights = stage.parameters();
+  Matrix dz, dh;
+  const Matrix* up = &dy;  // d loss / d (output of layer k)
+  for (int k = layers.size - 1; k >= 0; --k) {
+    const auto i = static_cast<std::size_t>(k);
+    if (layers.begin + k + 1 < stage.config().n_layers) {
+      mlp::activation_backward(stage.config().activation, s.z[i], s.h[i], *up, dz);
+      s.z[i] = dz;
+    } else {
+      s.z[i] = *up;
+    }
+    if (k > 0) {
+      mlp::linear_backward_input(weights[i]->value, s.z[i], dh);
+      up = &dh;
+    } else if (!stage.is_first()) {
+      mlp::linear_backward_input(weights[i]->value, s.z[i], dx);
+    }
+  }
+}
+
+// ADDS every layer's weight gradient, from a stash whose z holds d loss / d z.
+void weight_gradients(Stage& stage, const Stash& s) {
+  const auto weights = stage.parameters();
+  Matrix scratch;
+  for (int k = 0; k < stage.layers().size; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    const Matrix& in = k == 0 ? s.input : s.h[i - 1];
+    mlp::linear_backward_weight(in, s.z[i], scratch);
+    weights[i]->grad += scratch;
+  }
+}
+
+}  // namespace
+// END SOLUTION
+
 const Matrix& Stage::forward(const Matrix& x, int microbatch) {
   if (x.cols() != in_features()) {
     throw std::invalid_argument("Stage::forward: stage " + std::to_string(stage_) + " expects " +
@@ -43,7 +103,7 @@ const Matrix& Stage::forward(const Matrix& x, int microbatch) {
   charge_forward(x.rows(), microbatch);
   Stash s;
   s.input = x;
-  run_layers(s);
+  run_layers(*this, s);
   out_ = layers_.end() < config_.n_layers ? s.h.back() : s.z.back();
   if (recompute_) {  // the backward runs the layers again from the input
     s.z.clear();
@@ -67,11 +127,11 @@ void Stage::backward(const Matrix& dy, int microbatch, Matrix& dx) {
   Stash s = stash_pop(microbatch);
   if (recompute_) {
     charge_recompute(dy.rows(), microbatch);
-    run_layers(s);
+    run_layers(*this, s);
   }
   charge_backward(dy.rows(), microbatch);
-  input_gradients(s, dy, dx);
-  weight_gradients(s);
+  input_gradients(*this, s, dy, dx);
+  weight_gradients(*this, s);
   // END SOLUTION
 }
 
@@ -89,10 +149,10 @@ void Stage::backward_input(const Matrix& dy, int microbatch, Matrix& dx) {
   Stash s = stash_pop(microbatch);
   if (recompute_) {
     charge_recompute(dy.rows(), microbatch);
-    run_layers(s);
+    run_layers(*this, s);
   }
   charge_backward_input(dy.rows(), microbatch);
-  input_gradients(s, dy, dx);
+  input_gradients(*this, s, dy, dx);
   pending_w_.insert(microbatch);
   stash_push(microbatch, std::move(s));
   // END SOLUTION
@@ -108,58 +168,9 @@ void Stage::backward_weight(int microbatch) {
   }
   const Stash s = stash_pop(microbatch);
   charge_backward_weight(s.input.rows(), microbatch);
-  weight_gradients(s);
+  weight_gradients(*this, s);
   // END SOLUTION
 }
-
-// BEGIN SOLUTION DECL: the helpers of Tasks 2, 8 and 9, if you wrote some
-// Fills s.z and s.h from s.input: this stage's layers, as 05's forward runs them.
-void Stage::run_layers(Stash& s) const {
-  const int n = layers_.size;
-  s.z.assign(static_cast<std::size_t>(n), Matrix());
-  s.h.assign(static_cast<std::size_t>(n), Matrix());
-  const Matrix* h = &s.input;
-  for (int k = 0; k < n; ++k) {
-    const auto i = static_cast<std::size_t>(k);
-    mlp::linear_forward(*h, weights_[i].value, s.z[i]);
-    if (layers_.begin + k + 1 < config_.n_layers) {  // every layer but the model's last
-      mlp::activation_forward(config_.activation, s.z[i], s.h[i]);
-      h = &s.h[i];
-    }
-  }
-}
-
-// Backpropagates dy through the layers; leaves d loss / d z of every layer in s.z (what the weight
-// gradients need, the same bytes) and writes dx unless this is the first stage.
-void Stage::input_gradients(Stash& s, const Matrix& dy, Matrix& dx) {
-  const Matrix* dh = &dy;  // d loss / d (output of layer k)
-  for (int k = layers_.size - 1; k >= 0; --k) {
-    const auto i = static_cast<std::size_t>(k);
-    if (layers_.begin + k + 1 < config_.n_layers) {
-      mlp::activation_backward(config_.activation, s.z[i], s.h[i], *dh, dz_);
-      s.z[i] = dz_;
-    } else {
-      s.z[i] = *dh;
-    }
-    if (k > 0) {
-      mlp::linear_backward_input(weights_[i].value, s.z[i], dh_);
-      dh = &dh_;
-    } else if (!is_first()) {
-      mlp::linear_backward_input(weights_[i].value, s.z[i], dx);
-    }
-  }
-}
-
-// ADDS every layer's weight gradient, from a stash whose z holds d loss / d z.
-void Stage::weight_gradients(const Stash& s) {
-  for (int k = 0; k < layers_.size; ++k) {
-    const auto i = static_cast<std::size_t>(k);
-    const Matrix& in = k == 0 ? s.input : s.h[i - 1];
-    mlp::linear_backward_weight(in, s.z[i], grad_scratch_);
-    weights_[i].grad += grad_scratch_;
-  }
-}
-// END SOLUTION
 
 // =============================================================================================
 // Task 3: the communication helpers.
@@ -342,9 +353,9 @@ void run_1f1b(Stage& stage, const Batch& batch, StepState& st) {
 
 std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
   if (stages < 1 || stage < 0 || stage >= stages || microbatches < 1) {
-    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) + ", stage=" +
-                                std::to_string(stage) + ", microbatches=" +
-                                std::to_string(microbatches) +
+    throw std::invalid_argument("zb_h1_ops(stages=" + std::to_string(stages) +
+                                ", stage=" + std::to_string(stage) +
+                                ", microbatches=" + std::to_string(microbatches) +
                                 "): need stages >= 1, 0 <= stage < stages, microbatches >= 1");
   }
   std::vector<Op> ops;
@@ -370,10 +381,10 @@ std::vector<Op> zb_h1_ops(int stages, int stage, int microbatches) {
 
 void run_ops(std::span<Stage> chunks, const Batch& batch, const std::vector<Op>& ops,
              StepState& st) {
-  const int ranks = dist::world_size();
   // BEGIN SOLUTION: run each operation in order on its chunk: receive its input from the rank of
   //   the neighbouring chunk, compute, send the result on without waiting for it to be taken;
   //   every send complete before returning (README: Task 11)
+  const int ranks = dist::world_size();
   auto post = [&](const Matrix& m, int dst, int tag) {
     st.outbox.push_back(m);  // the send's buffer must live until the send completes
     st.sends.push_back(dist::isend(dist::as_span(st.outbox.back()), dst, tag));
@@ -441,12 +452,11 @@ int chunk_rank(int chunk, int ranks) {
 
 std::vector<Op> interleaved_ops(int ranks, int rank, int microbatches, int chunks) {
   if (ranks < 1 || rank < 0 || rank >= ranks || microbatches < 1 || chunks < 1) {
-    throw std::invalid_argument("interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" +
-                                std::to_string(rank) + ", microbatches=" +
-                                std::to_string(microbatches) + ", chunks=" +
-                                std::to_string(chunks) +
-                                "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
-                                "chunks >= 1");
+    throw std::invalid_argument(
+        "interleaved_ops(ranks=" + std::to_string(ranks) + ", rank=" + std::to_string(rank) +
+        ", microbatches=" + std::to_string(microbatches) + ", chunks=" + std::to_string(chunks) +
+        "): need ranks >= 1, 0 <= rank < ranks, microbatches >= 1, "
+        "chunks >= 1");
   }
   std::vector<Op> ops;
   // BEGIN SOLUTION: this rank's forwards and backwards over its chunks: warm-up, the steady

@@ -182,12 +182,7 @@ class Stage {
   Matrix out_;                     // forward's output
   Matrix grad_scratch_, dh_, dz_;  // backward's buffers
   void charge(char kind, double seconds, int microbatch);
-  // BEGIN SOLUTION DECL: private helpers of your own, if you want them (Tasks 2, 8, 9)
-  void run_layers(Stash& s) const;
-  void input_gradients(Stash& s, const Matrix& dy, Matrix& dx);
-  void weight_gradients(const Stash& s);
-  std::set<int> pending_w_;  // microbatches whose B ran and whose W did not
-  // END SOLUTION
+  std::set<int> pending_w_;  // Task 9: microbatches whose B has run and whose W has not
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -234,8 +229,8 @@ struct StepState {
   Matrix probs;                // softmax scratch (last stage)
   std::deque<Matrix> dlogits;  // last stage: loss gradients of forwarded microbatches, oldest first
   double loss = 0;             // last stage: the batch's mean loss, summed over microbatches
-  std::deque<Matrix> outbox;       // run_ops: copies of the messages still in flight
-  std::vector<dist::Work> sends;   // run_ops: their sends
+  std::deque<Matrix> outbox;   // run_ops: copies of the messages still in flight
+  std::vector<dist::Work> sends;  // run_ops: their sends
 };
 
 /// Task 4. Forward of microbatch i on this stage. Stage 0 takes the microbatch's rows of batch.x

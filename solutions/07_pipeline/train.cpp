@@ -116,7 +116,8 @@ double formula_step_seconds(Schedule s, int stages, int microbatches, double tf,
 
 double formula_bubble(Schedule s, int stages, int microbatches, bool recompute, int chunks) {
   if (s == Schedule::Interleaved) {
-    return static_cast<double>(stages - 1) / static_cast<double>(chunks * microbatches + stages - 1);
+    return static_cast<double>(stages - 1) /
+           static_cast<double>(chunks * microbatches + stages - 1);
   }
   if (s == Schedule::ZeroBubble) {
     if (recompute) return std::nan("");
@@ -240,7 +241,10 @@ std::string render_timeline(const std::vector<std::vector<Stage::Span>>& spans, 
       const int c0 = std::clamp(static_cast<int>(std::lround(s.t0 / per_col)), 0, columns - 1);
       const int c1 = std::clamp(static_cast<int>(std::lround(s.t1 / per_col)), c0 + 1, columns);
       const int w = c1 - c0;
-      const char fill = s.name[0] == 'F' ? '-' : s.name[0] == 'W' ? '~' : s.name[0] == 'R' ? '+' : '=';
+      const char fill = s.name[0] == 'F'   ? '-'
+                        : s.name[0] == 'W' ? '~'
+                        : s.name[0] == 'R' ? '+'
+                                           : '=';
       for (int c = c0; c < c1; ++c) line[static_cast<std::size_t>(c)] = fill;
       const int label = w >= 3 ? std::min(static_cast<int>(s.name.size()), w - 1) : 1;
       for (int k = 0; k < label; ++k)

@@ -148,9 +148,9 @@ TEST(HiddenZB, ValuesUnevenMicrobatches) {
     for (int m : {4, 7, 12}) {
       if (m > batch) continue;
       const PipelineRun run = run_pipeline(c, p, m, Schedule::ZeroBubble, 3);
-      expect_values(run, c, ref, 0, p,
-                    "zb: " + config_name(c) + ", p=" + std::to_string(p) +
-                        ", m=" + std::to_string(m));
+      expect_values(
+          run, c, ref, 0, p,
+          "zb: " + config_name(c) + ", p=" + std::to_string(p) + ", m=" + std::to_string(m));
       if (::testing::Test::HasFailure()) return;
     }
   }
@@ -199,8 +199,8 @@ TEST(HiddenZB, MemoryUnequalMicrobatches) {
         const auto [begin, end] = expected_layers(c.n_layers, p, r);
         EXPECT_EQ(rec.stash_after, 0);
         EXPECT_LE(rec.peak_microbatches, std::min(p, m));
-        EXPECT_LE(rec.peak_bytes, first_rows(15, m, std::min(p, m)) *
-                                      stash_bytes_per_row(c, begin, end));
+        EXPECT_LE(rec.peak_bytes,
+                  first_rows(15, m, std::min(p, m)) * stash_bytes_per_row(c, begin, end));
       }
       if (::testing::Test::HasFailure()) return;
     }
@@ -239,8 +239,8 @@ TEST(HiddenRecompute, MemoryUnequalMicrobatches) {
             const RankRecord& rec = run.ranks[static_cast<std::size_t>(r)];
             const auto [begin, end] = expected_layers(c.n_layers, p, r);
             const int k = s == Schedule::GPipe ? m : std::min(p - r, m);
-            const std::int64_t per_row = recompute ? input_bytes_per_row(c, begin)
-                                                   : stash_bytes_per_row(c, begin, end);
+            const std::int64_t per_row =
+                recompute ? input_bytes_per_row(c, begin) : stash_bytes_per_row(c, begin, end);
             EXPECT_EQ(rec.peak_microbatches, k);
             EXPECT_EQ(rec.peak_bytes, first_rows(15, m, k) * per_row);
             EXPECT_EQ(rec.stash_after, 0);

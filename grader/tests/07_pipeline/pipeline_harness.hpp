@@ -118,8 +118,8 @@ struct RankRecord {
   double step_s = 0;          // simulated time of the last step (barrier to barrier)
   int peak_microbatches = 0;  // of the last step
   std::int64_t peak_bytes = 0;
-  int stash_after = -1;            // microbatches stashed after the last step
-  std::vector<std::string> order;  // F<i>/B<i> span names of the last step
+  int stash_after = -1;                // microbatches stashed after the last step
+  std::vector<std::string> order;      // F<i>/B<i> span names of the last step
   std::vector<pp::Stage::Span> spans;  // the last step's spans, seconds since its start
 };
 
@@ -139,8 +139,7 @@ inline dist::NetworkModel free_network() {
 /// Trains `steps` steps with p stages; every step is measured between barriers.
 inline PipelineRun run_pipeline(const mlp::Config& c, int p, int m, pp::Schedule schedule,
                                 int steps, const dist::NetworkModel& network = dist::NetworkModel{},
-                                double flops_per_s = 1e9, bool recompute = false,
-                                int chunks = 1) {
+                                double flops_per_s = 1e9, bool recompute = false, int chunks = 1) {
   const auto& data = data_for(c);
   PipelineRun run;
   run.ranks.resize(static_cast<std::size_t>(p));
@@ -323,8 +322,8 @@ inline OpsReplay replay_ops(const std::vector<std::vector<pp::Op>>& lists, doubl
             out.error = "rank " + std::to_string(r) + "'s " + pp::to_string(op) +
                         " would take the message of global chunk " +
                         std::to_string(q.front().chunk) + ", microbatch " +
-                        std::to_string(q.front().microbatch) +
-                        " (rank " + std::to_string(src) + " sends in another order)";
+                        std::to_string(q.front().microbatch) + " (rank " + std::to_string(src) +
+                        " sends in another order)";
             return out;
           }
           const double ti = std::max(q.front().ts, in_free[R]);

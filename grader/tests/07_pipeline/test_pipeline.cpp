@@ -291,7 +291,7 @@ void memory(Schedule s) {
             EXPECT_LE(rec.peak_bytes, bound * per_mb);
             break;
           }
-          case Schedule::ZeroBubble:  // MemoryZB
+          case Schedule::ZeroBubble:   // MemoryZB
           case Schedule::Interleaved:  // MemoryInterleaved
             break;
         }
@@ -359,7 +359,6 @@ TEST(Order, SpansFollowTheSchedule) {
     }
   }
 }
-
 
 // ---- Task 8: activation recomputation on one stage --------------------------------------------------
 
@@ -508,7 +507,7 @@ TEST(ZBOps, EveryOpOnceInOrderWithinTheStashBoundAndTheStepFormula) {
                      std::to_string(r));
         const auto& ops = lists[static_cast<std::size_t>(r)];
         ASSERT_EQ(ops.size(), static_cast<std::size_t>(3 * m)) << "F, B and W of each microbatch";
-        int next[3] = {0, 0, 0};  // the next F, B, W expected
+        int next[3] = {0, 0, 0};                                 // the next F, B, W expected
         std::vector<int> state(static_cast<std::size_t>(m), 0);  // 0 none, 1 F, 2 B, 3 W done
         for (const pp::Op& op : ops) {
           const int k = op.kind == pp::OpKind::F ? 0 : op.kind == pp::OpKind::B ? 1 : 2;
@@ -541,9 +540,9 @@ TEST(ValuesZB, EqualsSingleProcess) {
     for (int p = 1; p <= 4; ++p) {
       for (int m : {1, 2, 3, 5, 8}) {
         const PipelineRun run = run_pipeline(c, p, m, Schedule::ZeroBubble, 2);
-        expect_values(run, c, ref, 0, p,
-                      "zb: " + config_name(c) + ", p=" + std::to_string(p) +
-                          ", m=" + std::to_string(m));
+        expect_values(
+            run, c, ref, 0, p,
+            "zb: " + config_name(c) + ", p=" + std::to_string(p) + ", m=" + std::to_string(m));
         if (::testing::Test::HasFailure()) return;
       }
     }
@@ -697,9 +696,9 @@ TEST(MemoryRecompute, InputsOnlyWithTheSchedulesMicrobatchCounts) {
         const PipelineRun run = run_pipeline(c, p, m, s, 1, dist::NetworkModel{}, 1e9, true);
         ASSERT_TRUE(run.ok) << run.error;
         for (int r = 0; r < p; ++r) {
-          SCOPED_TRACE(std::string(pp::to_string(s)) + " with recomputation: p=" +
-                       std::to_string(p) + ", m=" + std::to_string(m) + ", stage " +
-                       std::to_string(r));
+          SCOPED_TRACE(std::string(pp::to_string(s)) +
+                       " with recomputation: p=" + std::to_string(p) + ", m=" + std::to_string(m) +
+                       ", stage " + std::to_string(r));
           const RankRecord& rec = run.ranks[static_cast<std::size_t>(r)];
           const auto [begin, end] = expected_layers(c.n_layers, p, r);
           const int want = s == Schedule::GPipe ? m : std::min(p - r, m);
@@ -742,7 +741,8 @@ TEST(OrderZB, SpansFollowTheStagesListAndNoWBeforeItsB) {
 
 TEST(ChunkRank, ChunkGOnRankGModP) {
   for (int p = 1; p <= 6; ++p) {
-    for (int g = 0; g < 4 * p; ++g) EXPECT_EQ(pp::chunk_rank(g, p), g % p) << "p=" << p << " g=" << g;
+    for (int g = 0; g < 4 * p; ++g)
+      EXPECT_EQ(pp::chunk_rank(g, p), g % p) << "p=" << p << " g=" << g;
   }
   EXPECT_THROW(pp::chunk_rank(0, 0), std::invalid_argument);
 }
@@ -816,7 +816,8 @@ TEST(ValuesInterleaved, EqualsSingleProcessForOneTwoThreeChunks) {
               run_pipeline(c, p, m, Schedule::Interleaved, 2, dist::NetworkModel{}, 1e9, false, v);
           expect_values(run, c, ref, 0, p, what, false);
           std::vector<int> all;
-          for (const auto& rec : run.ranks) all.insert(all.end(), rec.layers.begin(), rec.layers.end());
+          for (const auto& rec : run.ranks)
+            all.insert(all.end(), rec.layers.begin(), rec.layers.end());
           std::sort(all.begin(), all.end());
           std::vector<int> want(static_cast<std::size_t>(layers));
           for (int l = 0; l < layers; ++l) want[static_cast<std::size_t>(l)] = l;
@@ -868,9 +869,11 @@ TEST(TrafficInterleaved, MessagesToTheNeighbouringChunksRanks) {
         const dist::Stats& st = run.ranks[static_cast<std::size_t>(r)].stats;
         EXPECT_EQ(st.builtin_collectives, 0u);
         for (int q = 0; q < p; ++q) {
-          EXPECT_EQ(st.messages_sent_to[static_cast<std::size_t>(q)], msgs[static_cast<std::size_t>(q)])
+          EXPECT_EQ(st.messages_sent_to[static_cast<std::size_t>(q)],
+                    msgs[static_cast<std::size_t>(q)])
               << "messages to rank " << q;
-          EXPECT_EQ(st.bytes_sent_to[static_cast<std::size_t>(q)], bytes[static_cast<std::size_t>(q)])
+          EXPECT_EQ(st.bytes_sent_to[static_cast<std::size_t>(q)],
+                    bytes[static_cast<std::size_t>(q)])
               << "bytes to rank " << q;
         }
       }
@@ -898,6 +901,27 @@ TEST(TimeInterleaved, BubbleIsPMinus1OverVMPlusPMinus1) {
             << "p=" << p << " v=" << v << " m=" << m << ": (m + (p-1)/v)(tf + tb)";
         EXPECT_NEAR(bubble, want_bubble, std::max(1e-9, 0.01 * want_bubble))
             << "p=" << p << " v=" << v << " m=" << m << ": bubble (p-1)/(vm+p-1)";
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+TEST(TimeBusyNetwork, NaiveAndGPipePayLatencyOnTheCriticalPath) {
+  // Every message costs alpha (unlimited bandwidth) and a blocking send returns when its message
+  // has arrived. Naive: 2 (p-1) messages on the critical path; GPipe: a stage sends one message
+  // per forward (backward), so its forwards leave one per tf + alpha: 2 (m + p - 2) of them.
+  for (double frac : {0.2, 1.3}) {
+    for (int p : {2, 3, 4}) {
+      for (int m : {1, 3, 5}) {
+        const double tf = 2.0 * (120.0 / m) * 16 * 16 / 1e9;
+        const double alpha = frac * tf;
+        timed(Schedule::Naive, false, {p}, {m}, alpha, [&](int pp_, int mm, double t) {
+          return 3.0 * pp_ * mm * t + 2.0 * (pp_ - 1) * alpha;
+        });
+        timed(Schedule::GPipe, false, {p}, {m}, alpha, [&](int pp_, int mm, double t) {
+          return 3.0 * (mm + pp_ - 1) * t + 2.0 * (mm + pp_ - 2) * alpha;
+        });
         if (::testing::Test::HasFailure()) return;
       }
     }
