@@ -115,7 +115,7 @@ class TestUnfinishedFunctions(unittest.TestCase):
             refs = [f.replace("exercises/", "solutions/", 1) for f in owned]
             self.assertEqual(unfinished.module_todos(ROOT, refs), [], name)
         seven = unfinished.function_names(unfinished.module_todos(ROOT, man.modules["07_pipeline"].owned))
-        self.assertEqual(len(seven), 16)
+        self.assertEqual(len(seven), 22)
         self.assertEqual(seven[:3], ["stage_layers", "Stage::forward", "Stage::backward"])
         self.assertIn("one_f_one_b_plan", seven)
 
@@ -164,7 +164,7 @@ class TestBlockedBy(unittest.TestCase):
         self.assertIn("07_pipeline: blocked by 05_mlp: MLP::forward, linear_forward", text)
         self.assertIn(f"07_pipeline/{names[3]}: all_reduce gave 3 at element 0, expected 6", text)
         todo = text.split("not implemented yet (")[1]
-        self.assertTrue(todo.startswith("16 functions"), todo)
+        self.assertTrue(todo.startswith("22 functions"), todo)
         for fn in unfinished.function_names(unfinished.module_todos(ROOT, res.module.owned)):
             self.assertIn(fn, todo)
         self.assertNotIn("MLP::forward", todo)   # 05's, not 07's
@@ -368,10 +368,10 @@ class TestStudentRepository(unittest.TestCase):
         files = release.release_files()
         self.assertEqual(release.instructor_only_mentions(files), [])
         # The kit's own texts do offer the reference: the release rewrote them.
-        seven = files["exercises/07_pipeline/README.md"]
-        self.assertIsInstance(seven, bytes)
-        self.assertIn(b"./distlab run 07_pipeline -- --sweep", seven)
-        self.assertIn("--solutions", (ROOT / "exercises/07_pipeline/README.md").read_text())
+        six = files["exercises/06_data_parallel/README.md"]
+        self.assertIsInstance(six, bytes)
+        self.assertIn(b"./distlab run 06_data_parallel --world-size 4 -- --sync manual", six)
+        self.assertIn("--solutions", (ROOT / "exercises/06_data_parallel/README.md").read_text())
 
     def test_rewrites_and_a_planted_mention(self) -> None:
         from pydistlab.commands import release
