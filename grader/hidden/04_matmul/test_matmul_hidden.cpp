@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -171,6 +172,38 @@ TEST_P(HiddenPlan, CollectivesInThePlansOrder) {
     EXPECT_EQ(g, w) << name_of(s) << ", rank " << r << " called [" << show(g)
                     << "] but the plan in matmul.hpp [" << describe(plan) << "] calls [" << show(w)
                     << "]: call the plan's collectives in its order";
+  }
+}
+
+// matmul.hpp: unpack_row_blocks / unpack_col_blocks read a buffer "in that layout (padding
+// ignored)": whatever the padding holds (NaN here), the matrix comes back exactly.
+TEST(HiddenPack, UnpackIgnoresThePadding) {
+  for (auto [rows, cols, parts] :
+       std::vector<std::tuple<long, long, int>>{{7, 3, 3}, {2, 5, 4}, {10, 4, 4}}) {
+    const Eigen::MatrixXf M = int_matrix(rows, cols, 2200 + static_cast<unsigned>(rows));
+    const long rmax = cdiv(rows, parts);
+    std::vector<float> rb = matmul::pack_row_blocks(M, parts);
+    ASSERT_EQ(rb.size(), static_cast<std::size_t>(parts * rmax * cols));
+    for (int b = 0; b < parts; ++b) {
+      const long have = matmul::shard_range(rows, parts, b).size;
+      for (long j = 0; j < cols; ++j)
+        for (long i = have; i < rmax; ++i)
+          rb[static_cast<std::size_t>(b * rmax * cols + j * rmax + i)] = std::nanf("");
+    }
+    EXPECT_TRUE(matmul::unpack_row_blocks(rb, rows, cols, parts) == M)
+        << rows << "x" << cols << " in " << parts << " row blocks, NaN padding";
+    const Eigen::MatrixXf T = M.transpose();  // cols x rows: column blocks of `rows` columns
+    const long cmax = cdiv(T.cols(), parts);
+    std::vector<float> cb = matmul::pack_col_blocks(T, parts);
+    ASSERT_EQ(cb.size(), static_cast<std::size_t>(parts * T.rows() * cmax));
+    for (int b = 0; b < parts; ++b) {
+      const long have = matmul::shard_range(T.cols(), parts, b).size;
+      for (long j = have; j < cmax; ++j)
+        for (long i = 0; i < T.rows(); ++i)
+          cb[static_cast<std::size_t>(b * T.rows() * cmax + j * T.rows() + i)] = std::nanf("");
+    }
+    EXPECT_TRUE(matmul::unpack_col_blocks(cb, T.rows(), T.cols(), parts) == T)
+        << T.rows() << "x" << T.cols() << " in " << parts << " column blocks, NaN padding";
   }
 }
 
