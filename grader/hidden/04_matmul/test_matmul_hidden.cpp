@@ -4,7 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../../tests/04_matmul/matmul_testing.hpp"
@@ -20,6 +27,49 @@ const Strategy kAll[] = {Strategy::Rows, Strategy::Cols, Strategy::Reduction, St
 
 std::vector<int> world_sizes(Strategy s, std::vector<int> flat) {
   return s == Strategy::Blocks2D ? std::vector<int>{1, 4, 9} : flat;
+}
+
+/// Each rank's built-in collective calls (name and bytes), in call order, read from the Chrome
+/// trace the threads backend writes at the end of a launch (one track per rank, "rank R").
+using Calls = std::vector<std::vector<std::pair<std::string, std::uint64_t>>>;
+Calls collective_calls(const std::string& path, int p) {
+  std::ifstream f(path);
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  std::map<long, int> rank_of_track;
+  for (const auto& ev : doc.at("traceEvents")) {
+    if (ev.value("name", "") != "thread_name") continue;
+    const std::string track = ev.at("args").value("name", "");
+    for (int r = 0; r < p; ++r) {
+      if (track == "rank " + std::to_string(r)) rank_of_track[ev.at("tid").get<long>()] = r;
+    }
+  }
+  std::vector<std::vector<std::tuple<long, std::string, std::uint64_t>>> seen(
+      static_cast<std::size_t>(p));
+  for (const auto& ev : doc.at("traceEvents")) {
+    if (ev.value("cat", "") != "collective") continue;
+    const auto it = rank_of_track.find(ev.at("tid").get<long>());
+    if (it == rank_of_track.end()) continue;
+    const auto& args = ev.at("args");
+    seen[static_cast<std::size_t>(it->second)].emplace_back(
+        args.value("collective_call", -1L), ev.value("name", ""), args.value("bytes", 0ULL));
+  }
+  Calls calls(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    auto& v = seen[static_cast<std::size_t>(r)];
+    std::sort(v.begin(), v.end());
+    for (const auto& [seq, name, bytes] : v) {
+      calls[static_cast<std::size_t>(r)].emplace_back(name, bytes);
+    }
+  }
+  return calls;
+}
+
+std::string show(const std::vector<std::pair<std::string, std::uint64_t>>& calls) {
+  std::string out;
+  for (const auto& [name, bytes] : calls) {
+    out += (out.empty() ? "" : ", ") + name + " (" + std::to_string(bytes) + " B)";
+  }
+  return out;
 }
 
 }  // namespace
@@ -93,6 +143,68 @@ TEST_P(HiddenValues, LargeRealValued) {
   const Eigen::MatrixXf A = real_matrix(c.m, c.k, seed), B = real_matrix(c.k, c.n, seed + 1);
   const RunResult got = run_strategy(fn_of(s), test_options(c.p, 20000), A, B);
   EXPECT_TRUE(result_ok(got, A * B, 1e-6 * static_cast<double>(c.k)));
+}
+
+// The plan's collectives in the plan's order: the built-in collectives of the threads backend
+// synchronise the ranks, so counters and clocks cannot tell a swapped order apart; the trace's
+// record of each rank's calls can. Compared with a run of the plan itself (plan_of/run_plan).
+TEST_P(HiddenPlan, CollectivesInThePlansOrder) {
+  const Strategy s = GetParam();
+  const int p = s == Strategy::Blocks2D ? 4 : 3;
+  const long m = 7, k = 5, n = 8;
+  const Eigen::MatrixXf A = int_matrix(m, k, 2100), B = int_matrix(k, n, 2101);
+  const std::string base = ::testing::TempDir() + "distlab_04_order_" + name_of(s);
+  dist::LaunchOptions o = test_options(p);
+  o.trace_path = base + "_strategy.json";
+  const RunResult got = run_strategy(fn_of(s), o, A, B);
+  ASSERT_TRUE(result_ok(got, A * B));
+  const auto plan = plan_of(s, p, m, k, n);
+  o.trace_path = base + "_plan.json";
+  run_plan(plan, o);
+  const Calls mine = collective_calls(base + "_strategy.json", p);
+  const Calls want = collective_calls(base + "_plan.json", p);
+  std::remove((base + "_strategy.json").c_str());
+  std::remove((base + "_plan.json").c_str());
+  for (int r = 0; r < p; ++r) {
+    const auto& g = mine[static_cast<std::size_t>(r)];
+    const auto& w = want[static_cast<std::size_t>(r)];
+    ASSERT_FALSE(w.empty()) << "the plan's run left no trace of rank " << r;
+    EXPECT_EQ(g, w) << name_of(s) << ", rank " << r << " called [" << show(g)
+                    << "] but the plan in matmul.hpp [" << describe(plan) << "] calls [" << show(w)
+                    << "]: call the plan's collectives in its order";
+  }
+}
+
+// matmul.hpp: unpack_row_blocks / unpack_col_blocks read a buffer "in that layout (padding
+// ignored)": whatever the padding holds (NaN here), the matrix comes back exactly.
+TEST(HiddenPack, UnpackIgnoresThePadding) {
+  for (auto [rows, cols, parts] :
+       std::vector<std::tuple<long, long, int>>{{7, 3, 3}, {2, 5, 4}, {10, 4, 4}}) {
+    const Eigen::MatrixXf M = int_matrix(rows, cols, 2200 + static_cast<unsigned>(rows));
+    const long rmax = cdiv(rows, parts);
+    std::vector<float> rb = matmul::pack_row_blocks(M, parts);
+    ASSERT_EQ(rb.size(), static_cast<std::size_t>(parts * rmax * cols));
+    for (int b = 0; b < parts; ++b) {
+      const long have = matmul::shard_range(rows, parts, b).size;
+      for (long j = 0; j < cols; ++j)
+        for (long i = have; i < rmax; ++i)
+          rb[static_cast<std::size_t>(b * rmax * cols + j * rmax + i)] = std::nanf("");
+    }
+    EXPECT_TRUE(matmul::unpack_row_blocks(rb, rows, cols, parts) == M)
+        << rows << "x" << cols << " in " << parts << " row blocks, NaN padding";
+    const Eigen::MatrixXf T = M.transpose();  // cols x rows: column blocks of `rows` columns
+    const long cmax = cdiv(T.cols(), parts);
+    std::vector<float> cb = matmul::pack_col_blocks(T, parts);
+    ASSERT_EQ(cb.size(), static_cast<std::size_t>(parts * T.rows() * cmax));
+    for (int b = 0; b < parts; ++b) {
+      const long have = matmul::shard_range(T.cols(), parts, b).size;
+      for (long j = have; j < cmax; ++j)
+        for (long i = 0; i < T.rows(); ++i)
+          cb[static_cast<std::size_t>(b * T.rows() * cmax + j * T.rows() + i)] = std::nanf("");
+    }
+    EXPECT_TRUE(matmul::unpack_col_blocks(cb, T.rows(), T.cols(), parts) == T)
+        << T.rows() << "x" << T.cols() << " in " << parts << " column blocks, NaN padding";
+  }
 }
 
 namespace {

@@ -107,7 +107,8 @@ TEST(HiddenMyDP, FinishLeavesTheBucketsReadyForTheNextBackwardOnly) {
       mlp::Matrix probs, dlogits;
       for (int step = 0; step < 2; ++step) {
         const mlp::Matrix x = mlp::Matrix::Constant(
-            c.batch_size, c.dim_in, 0.1f * static_cast<float>(r + 1) + 0.05f * static_cast<float>(step));
+            c.batch_size, c.dim_in,
+            0.1f * static_cast<float>(r + 1) + 0.05f * static_cast<float>(step));
         const mlp::Labels y(static_cast<std::size_t>(c.batch_size), (r + step) % c.n_classes);
         mlp::softmax_cross_entropy_forward(model.forward(x), y, probs);
         mlp::softmax_cross_entropy_backward(probs, y, dlogits);

@@ -217,7 +217,8 @@ TEST(HiddenAsyncCallback, OnUpdateGetsEachNewVersionAndItsWeights) {
         << "s=" << s << ": the last call sees the weights after the last update";
     for (std::size_t i = 0; i < 12; ++i) {
       ps::ServerLog first;
-      first.source.assign(run.log.source.begin(), run.log.source.begin() + static_cast<std::ptrdiff_t>(i + 1));
+      first.source.assign(run.log.source.begin(),
+                          run.log.source.begin() + static_cast<std::ptrdiff_t>(i + 1));
       first.staleness.assign(run.log.staleness.begin(),
                              run.log.staleness.begin() + static_cast<std::ptrdiff_t>(i + 1));
       const std::vector<float> after = replay_async(c, data_for(c), 3, first);

@@ -119,8 +119,8 @@ void step_time(int workers, int servers) {
   // the last part arrives, at most all w of them after the arrivals.
   dist::NetworkModel slow = net;
   slow.reduce_Bps = 4e9;  // one reduction of a shard: a quarter of its message's bandwidth time
-  const double red = 4.0 * static_cast<double>(n / static_cast<std::size_t>(servers)) /
-                     slow.reduce_Bps;
+  const double red =
+      4.0 * static_cast<double>(n / static_cast<std::size_t>(servers)) / slow.reduce_Bps;
   const double with_gamma = ps::measure_server_step(workers, servers, n, slow);
   EXPECT_GE(with_gamma, want + 0.99 * red)
       << sync_name(workers, servers) << ", gamma = 1/" << slow.reduce_Bps << " s/B: the step took "
