@@ -93,7 +93,7 @@ class MyDP {
 
   mlp::MLP& model_;
   std::vector<mlp::Parameter*> params_;
-  std::size_t bucket_cap_bytes_;
+  [[maybe_unused]] std::size_t bucket_cap_bytes_;  // (maybe_unused: the stub never reads it)
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_;       // parameter index -> bucket index
   std::vector<std::size_t> offset_;  // parameter index -> offset (floats) in its bucket

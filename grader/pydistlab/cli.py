@@ -210,6 +210,8 @@ def parser() -> argparse.ArgumentParser:
     be.add_argument("--memory-mb", default="768", help="gradescope: the memory limit in MB (default 768)")
     be.add_argument("--setup-unlimited", action="store_true",
                     help="gradescope: run setup.sh without the CPU quota (the memory limit stays)")
+    be.add_argument("--no-setup", action="store_true",
+                    help="gradescope: grade again in the image an earlier run set up in --keep DIR")
     be.set_defaults(passthrough=True)
 
     g = add("grade", _cmd_grade, "build and grade exercises on a clean copy of the kit")

@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
 
   section("1. start all then join all, versus start and join one at a time", [&] {
     const int n = 4, ms = 100;
-    std::vector<threads::Task> tasks(n, [ms] { threads::io_bound_work(ms); });
+    std::vector<threads::Task> tasks(n, [=] { threads::io_bound_work(ms); });
     distlab::Stopwatch sw;
     threads::run_parallel(tasks);
     const double par = sw.elapsed_s();

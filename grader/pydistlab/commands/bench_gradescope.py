@@ -12,7 +12,10 @@ the Gradescope scripts (grader/gradescope/) under Gradescope's default autograde
 
 Where no cgroup can be made (not root, or neither hierarchy writable) the runs go on without
 limits and the table says so. --setup-unlimited runs setup.sh with the memory limit but no CPU
-quota (it is the image build; only run_autograder meets the per-submission time limit).
+quota (it is the image build; only run_autograder meets the per-submission time limit);
+--no-setup grades again in the image an earlier run left in --keep DIR. CPU time is the cgroup's
+own account (cpuacct, or v2's cpu.stat), so it includes the sandbox's processes. The peak memory
+is the cgroup's (v1: page cache included, which the kernel reclaims before it kills anything).
 Targets (the issue that asked for it): the full reference submission at most 180 s, every item
 graded, no process killed by the memory limit.
 """
@@ -47,10 +50,13 @@ class Limits:
         if os.geteuid() != 0:
             self.why = "not root: cgroups cannot be made"
             return
-        cpu, mem = _cgroup_dirs("cpu"), _cgroup_dirs("memory")
+        cpu, mem, acct = _cgroup_dirs("cpu"), _cgroup_dirs("memory"), _cgroup_dirs("cpuacct")
         try:
             if cpu and mem and (cpu[0] / "cgroup.procs").exists() and "memory" in str(mem[0]):
                 self._v1(cpu[0] / tag, mem[0] / tag)
+                if acct and (acct[0] / "cpuacct.usage").exists() and acct[0].resolve() != cpu[0].resolve():
+                    (acct[0] / tag).mkdir()
+                    self.dirs.insert(1, acct[0] / tag)
             elif (Path("/sys/fs/cgroup") / "cgroup.controllers").exists():
                 self._v2(Path("/sys/fs/cgroup") / tag)
             else:
@@ -92,6 +98,21 @@ class Limits:
 
     def _mem(self) -> Path:
         return self.dirs[-1]
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user + system) of everything that ran in the cgroup so far, also processes
+        the waiting process never reaped itself (the sandbox's own PID namespace)."""
+        for d in self.dirs:
+            try:
+                if (d / "cpuacct.usage").exists():
+                    return int((d / "cpuacct.usage").read_text()) / 1e9
+                if (d / "cpu.stat").exists() and self.v2:
+                    for line in (d / "cpu.stat").read_text().splitlines():
+                        if line.startswith("usage_usec "):
+                            return int(line.split()[1]) / 1e6
+            except (OSError, ValueError):
+                pass
+        return None
 
     def reset_peak(self) -> None:
         if self.active and not self.v2:
@@ -146,11 +167,14 @@ def _cpu_of_children() -> float:
 def _run(limits: Limits, cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> dict[str, object]:
     limits.reset_peak()
     kills0 = limits.oom_kills()
+    g0 = limits.cpu_seconds()
     c0, t0 = _cpu_of_children(), time.monotonic()
     with log.open("w") as out:
         r = subprocess.run(limits.prefix() + cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
                            stdin=subprocess.DEVNULL)
-    return {"wall": time.monotonic() - t0, "cpu": _cpu_of_children() - c0, "status": r.returncode,
+    g1 = limits.cpu_seconds()
+    cpu = g1 - g0 if g0 is not None and g1 is not None else _cpu_of_children() - c0
+    return {"wall": time.monotonic() - t0, "cpu": cpu, "status": r.returncode,
             "peak": limits.peak_mb(), "kills": limits.oom_kills() - kills0}
 
 
@@ -168,16 +192,23 @@ def _score(results: Path) -> str:
 def main(a: argparse.Namespace) -> int:
     if is_release():
         raise DistlabError("./distlab bench gradescope needs the kit's solutions/ and grader/gradescope/")
-    base, kit = fresh_copy(a.keep, "distlab-gradescope-")
-    ag = base / "autograder"
-    source = ag / "source" / "distlab"
-    if source.exists():
-        shutil.rmtree(source)
-    source.parent.mkdir(parents=True, exist_ok=True)
-    kit.rename(source)
-    shutil.copy2(source / "grader" / "gradescope" / "run_autograder", ag / "run_autograder")
+    if a.no_setup:   # the image an earlier run set up in --keep DIR
+        if not a.keep or not (Path(a.keep) / "autograder" / "run_autograder").is_file():
+            raise DistlabError("--no-setup needs --keep DIR of an earlier ./distlab bench gradescope run")
+        base = Path(a.keep).resolve()
+        ag = base / "autograder"
+        source = ag / "source" / "distlab"
+    else:
+        base, kit = fresh_copy(a.keep, "distlab-gradescope-")
+        ag = base / "autograder"
+        source = ag / "source" / "distlab"
+        if source.exists():
+            shutil.rmtree(source)
+        source.parent.mkdir(parents=True, exist_ok=True)
+        kit.rename(source)
+        shutil.copy2(source / "grader" / "gradescope" / "run_autograder", ag / "run_autograder")
     subs = Path(tempfile.mkdtemp(prefix="submissions-", dir=base))
-    for name, extra in (("reference", ["--reference"]), ("stubs", [])):
+    for name, extra in (("reference", ["--reference"]), ("stubs", [])):   # from the clean copy's stubs
         r = subprocess.run(["./distlab", "submit", *extra, "-o", str(subs / f"{name}.zip")], cwd=source,
                            capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
@@ -192,12 +223,13 @@ def main(a: argparse.Namespace) -> int:
           f"{os.cpu_count()} cores", flush=True)
     rows: list[tuple[str, dict[str, object], str]] = []
     try:
-        limits.set_cpu(not a.setup_unlimited)
-        print("  setup.sh ...", flush=True)
-        res = _run(limits, ["bash", str(source / "grader" / "gradescope" / "setup.sh")], source, env,
-                   base / "setup.log")
-        rows.append(("setup.sh" + (" (no CPU quota)" if a.setup_unlimited else ""), res,
-                     f"status {res['status']} (log {base / 'setup.log'})"))
+        if not a.no_setup:
+            limits.set_cpu(not a.setup_unlimited)
+            print("  setup.sh ...", flush=True)
+            res = _run(limits, ["bash", str(source / "grader" / "gradescope" / "setup.sh")], source, env,
+                       base / "setup.log")
+            rows.append(("setup.sh" + (" (no CPU quota)" if a.setup_unlimited else ""), res,
+                         f"status {res['status']} (log {base / 'setup.log'})"))
         limits.set_cpu(True)
         for name in ("reference", "stubs"):
             sub = ag / "submission"
