@@ -11,6 +11,16 @@
 
 namespace streams {
 
+namespace {
+// A one-letter name and a number ("s1", "k12"): appended, not prepended (GCC 12 warns about
+// "s" + std::to_string(n) with -Wrestrict, a false positive).
+std::string numbered(char letter, long long n) {
+  std::string name(1, letter);
+  name += std::to_string(n);
+  return name;
+}
+}  // namespace
+
 namespace dd = dist::device;
 
 const char* to_string(OpKind k) {
@@ -36,13 +46,13 @@ const char* to_string(OpKind k) {
 std::string Program::stream_name(int s) const {
   if (s >= 0 && static_cast<std::size_t>(s) < stream_names.size())
     return stream_names[static_cast<std::size_t>(s)];
-  return "s" + std::to_string(s);
+  return numbered('s', s);
 }
 
 std::string Program::buffer_name(int b) const {
   if (b >= 0 && static_cast<std::size_t>(b) < buffer_names.size())
     return buffer_names[static_cast<std::size_t>(b)];
-  return "b" + std::to_string(b);
+  return numbered('b', b);
 }
 
 void Program::validate() const {
@@ -78,7 +88,7 @@ Replayed replay(const Program& program) {
   std::vector<dd::Event> events;
   std::vector<dd::DeviceBuffer<float>> buffers;
   for (int s = 0; s < program.streams; ++s) streams.emplace_back(program.stream_name(s));
-  for (int e = 0; e < program.events; ++e) events.emplace_back("e" + std::to_string(e));
+  for (int e = 0; e < program.events; ++e) events.emplace_back(numbered('e', e));
   for (int b = 0; b < program.buffers; ++b) buffers.emplace_back(program.buffer_name(b), 16);
   // The times are read through events of our own, recorded where the op's time is the event's
   // (a record captures max(stream's tail, host clock)); recording one changes no ordering.
@@ -87,7 +97,7 @@ Replayed replay(const Program& program) {
   std::vector<std::pair<std::size_t, dd::Event>> timed;  // op index, its event
   Replayed out;
   const auto mark = [&](std::size_t i, int stream) {
-    timed.emplace_back(i, dd::Event("t" + std::to_string(i)));
+    timed.emplace_back(i, dd::Event(numbered('t', i)));
     timed.back().second.record(streams[static_cast<std::size_t>(stream)]);
   };
   out.time.reserve(program.ops.size());
@@ -166,7 +176,7 @@ Program random_program(std::uint64_t seed, int ops, int streams, int events, int
       op.kind = OpKind::Kernel;
       op.stream = pick(streams);
       op.seconds = duration();
-      op.name = "k" + std::to_string(kernels++);
+      op.name = numbered('k', kernels++);
       for (int b = 0; b < buffers; ++b) {
         const int a = pick(6);
         if (a == 0) op.reads.push_back(b);
@@ -228,7 +238,7 @@ std::string listing(const Program& p) {
   std::ostringstream o;
   for (std::size_t i = 0; i < p.ops.size(); ++i) {
     const Op& op = p.ops[i];
-    char head[16];
+    char head[32];
     std::snprintf(head, sizeof head, "%3zu  ", i);
     o << head;
     switch (op.kind) {
