@@ -71,7 +71,7 @@ thread_local CallSite t_call_site;
 
 CallSite call_site() { return t_call_site; }
 
-CallSiteScope::CallSiteScope(const std::source_location& where) : saved_(t_call_site) {
+CallSiteScope::CallSiteScope(const ::dist::SourceLocation& where) : saved_(t_call_site) {
   t_call_site = CallSite{where.file_name(), static_cast<unsigned>(where.line())};
 }
 

@@ -275,7 +275,7 @@ Group split(int color, int key, const Group& parent, const std::string& name) {
       detail::current().split(color, key, parent, name.empty() ? parent.name() + ".c" : name));
 }
 
-void barrier(const Group& group, std::source_location where) {
+void barrier(const Group& group, ::dist::SourceLocation where) {
   const detail::CallSiteScope at(where);
   check_member("barrier", group);
   detail::current().barrier(group);
@@ -296,70 +296,70 @@ void sim_reduce(std::size_t bytes) { detail::current().sim_reduce(bytes); }
 
 #define DIST_DEFINE(T)                                                                             \
   void send(std::span<const T> buf, int dst, int tag, const Group& g,                              \
-            std::source_location where) {                                                          \
+            ::dist::SourceLocation where) {                                                        \
     const detail::CallSiteScope at(where);                                                         \
     check_peer("send", "dst", dst, g);                                                             \
     check_tag("send", tag);                                                                        \
     detail::current().send(buf.data(), buf.size(), detail::data_type_of<T>(), dst, tag, g);        \
   }                                                                                                \
-  void recv(std::span<T> buf, int src, int tag, const Group& g, std::source_location where) {      \
+  void recv(std::span<T> buf, int src, int tag, const Group& g, ::dist::SourceLocation where) {    \
     const detail::CallSiteScope at(where);                                                         \
     check_peer("recv", "src", src, g);                                                             \
     check_tag("recv", tag);                                                                        \
     detail::current().recv(buf.data(), buf.size(), detail::data_type_of<T>(), src, tag, g);        \
   }                                                                                                \
   Work isend(std::span<const T> buf, int dst, int tag, const Group& g,                             \
-             std::source_location where) {                                                         \
+             ::dist::SourceLocation where) {                                                       \
     const detail::CallSiteScope at(where);                                                         \
     check_peer("isend", "dst", dst, g);                                                            \
     check_tag("isend", tag);                                                                       \
     return detail::current().isend(buf.data(), buf.size(), detail::data_type_of<T>(), dst, tag,    \
                                    g);                                                             \
   }                                                                                                \
-  Work irecv(std::span<T> buf, int src, int tag, const Group& g, std::source_location where) {     \
+  Work irecv(std::span<T> buf, int src, int tag, const Group& g, ::dist::SourceLocation where) {   \
     const detail::CallSiteScope at(where);                                                         \
     check_peer("irecv", "src", src, g);                                                            \
     check_tag("irecv", tag);                                                                       \
     return detail::current().irecv(buf.data(), buf.size(), detail::data_type_of<T>(), src, tag,    \
                                    g);                                                             \
   }                                                                                                \
-  int recv_any(std::span<T> buf, int tag, const Group& g, std::source_location where) {            \
+  int recv_any(std::span<T> buf, int tag, const Group& g, ::dist::SourceLocation where) {          \
     const detail::CallSiteScope at(where);                                                         \
     check_member("recv_any", g);                                                                   \
     check_tag("recv_any", tag);                                                                    \
     return detail::current().recv_any(buf.data(), buf.size(), detail::data_type_of<T>(), tag, g);  \
   }                                                                                                \
-  Work irecv_any(std::span<T> buf, int tag, const Group& g, std::source_location where) {          \
+  Work irecv_any(std::span<T> buf, int tag, const Group& g, ::dist::SourceLocation where) {        \
     const detail::CallSiteScope at(where);                                                         \
     check_member("irecv_any", g);                                                                  \
     check_tag("irecv_any", tag);                                                                   \
     return detail::current().irecv_any(buf.data(), buf.size(), detail::data_type_of<T>(), tag, g); \
   }                                                                                                \
-  void broadcast(std::span<T> buf, int src, const Group& g, std::source_location where) {          \
+  void broadcast(std::span<T> buf, int src, const Group& g, ::dist::SourceLocation where) {        \
     const detail::CallSiteScope at(where);                                                         \
     check_peer("broadcast", "src", src, g);                                                        \
     detail::current().broadcast(buf.data(), buf.size(), detail::data_type_of<T>(), src, g);        \
   }                                                                                                \
   void reduce(std::span<T> buf, int dst, ReduceOp op, const Group& g,                              \
-              std::source_location where) {                                                        \
+              ::dist::SourceLocation where) {                                                      \
     const detail::CallSiteScope at(where);                                                         \
     check_peer("reduce", "dst", dst, g);                                                           \
     detail::current().reduce(buf.data(), buf.size(), detail::data_type_of<T>(), op, dst, g);       \
   }                                                                                                \
-  void all_reduce(std::span<T> buf, ReduceOp op, const Group& g, std::source_location where) {     \
+  void all_reduce(std::span<T> buf, ReduceOp op, const Group& g, ::dist::SourceLocation where) {   \
     const detail::CallSiteScope at(where);                                                         \
     check_member("all_reduce", g);                                                                 \
     detail::current().all_reduce(buf.data(), buf.size(), detail::data_type_of<T>(), op, g);        \
   }                                                                                                \
   Work all_reduce_async(std::span<T> buf, ReduceOp op, const Group& g,                             \
-                        std::source_location where) {                                              \
+                        ::dist::SourceLocation where) {                                            \
     const detail::CallSiteScope at(where);                                                         \
     check_member("all_reduce_async", g);                                                           \
     return detail::current().all_reduce_async(buf.data(), buf.size(), detail::data_type_of<T>(),   \
                                               op, g);                                              \
   }                                                                                                \
   void gather(std::span<const T> in, std::span<T> out, int dst, const Group& g,                    \
-              std::source_location where) {                                                        \
+              ::dist::SourceLocation where) {                                                      \
     const detail::CallSiteScope at(where);                                                         \
     check_peer("gather", "dst", dst, g);                                                           \
     const bool root = g.rank() == dst;                                                             \
@@ -368,14 +368,14 @@ void sim_reduce(std::size_t bytes) { detail::current().sim_reduce(bytes); }
                              detail::data_type_of<T>(), dst, g);                                   \
   }                                                                                                \
   void all_gather(std::span<const T> in, std::span<T> out, const Group& g,                         \
-                  std::source_location where) {                                                    \
+                  ::dist::SourceLocation where) {                                                  \
     const detail::CallSiteScope at(where);                                                         \
     check_member("all_gather", g);                                                                 \
     check_size("all_gather", "out", out.size(), in.size() * g.size(), kSizeIn);                    \
     detail::current().all_gather(in.data(), out.data(), in.size(), detail::data_type_of<T>(), g);  \
   }                                                                                                \
   void scatter(std::span<const T> in, std::span<T> out, int src, const Group& g,                   \
-               std::source_location where) {                                                       \
+               ::dist::SourceLocation where) {                                                     \
     const detail::CallSiteScope at(where);                                                         \
     check_peer("scatter", "src", src, g);                                                          \
     const bool root = g.rank() == src;                                                             \
@@ -384,7 +384,7 @@ void sim_reduce(std::size_t bytes) { detail::current().sim_reduce(bytes); }
                               detail::data_type_of<T>(), src, g);                                  \
   }                                                                                                \
   void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op, const Group& g,        \
-                      std::source_location where) {                                                \
+                      ::dist::SourceLocation where) {                                              \
     const detail::CallSiteScope at(where);                                                         \
     check_member("reduce_scatter", g);                                                             \
     check_size("reduce_scatter", "in", in.size(), out.size() * g.size(), kSizeOut);                \

@@ -13,7 +13,6 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -92,7 +91,7 @@ CallSite call_site();
 /// Sets the calling thread's call site for its lifetime (dist.cpp's free functions).
 class CallSiteScope {
  public:
-  explicit CallSiteScope(const std::source_location& where);
+  explicit CallSiteScope(const ::dist::SourceLocation& where);
   ~CallSiteScope();
   CallSiteScope(const CallSiteScope&) = delete;
   CallSiteScope& operator=(const CallSiteScope&) = delete;

@@ -21,12 +21,13 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
-#include <source_location>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "dist/source_location.hpp"
 
 namespace dist {
 
@@ -297,23 +298,23 @@ void wait_all(std::span<Work> works);
 //   * NCCL: not supported (NCCL has no receive from any source): dist::Error.
 
 // Every call below (and barrier and the built-in collectives) takes a last, defaulted argument
-// `where`: the caller's file and line (std::source_location), filled in by the compiler; never
+// `where`: the caller's file and line (::dist::SourceLocation), filled in by the compiler; never
 // pass it. The threads backend names it in deadlock and timeout reports ("rank 0 blocked in
 // send(...) at exercises/07_pipeline/pipeline.cpp:80"); the MPI and NCCL backends ignore it.
 
 #define DIST_DECLARE_P2P(T)                                                                       \
   void send(std::span<const T> buf, int dst, int tag = 0, const Group& group = {},                \
-            std::source_location where = std::source_location::current());                        \
+            ::dist::SourceLocation where = ::dist::SourceLocation::current());                    \
   void recv(std::span<T> buf, int src, int tag = 0, const Group& group = {},                      \
-            std::source_location where = std::source_location::current());                        \
+            ::dist::SourceLocation where = ::dist::SourceLocation::current());                    \
   [[nodiscard]] Work isend(std::span<const T> buf, int dst, int tag = 0, const Group& group = {}, \
-                           std::source_location where = std::source_location::current());         \
+                           ::dist::SourceLocation where = ::dist::SourceLocation::current());     \
   [[nodiscard]] Work irecv(std::span<T> buf, int src, int tag = 0, const Group& group = {},       \
-                           std::source_location where = std::source_location::current());         \
+                           ::dist::SourceLocation where = ::dist::SourceLocation::current());     \
   int recv_any(std::span<T> buf, int tag = 0, const Group& group = {},                            \
-               std::source_location where = std::source_location::current());                     \
+               ::dist::SourceLocation where = ::dist::SourceLocation::current());                 \
   [[nodiscard]] Work irecv_any(std::span<T> buf, int tag = 0, const Group& group = {},            \
-                               std::source_location where = std::source_location::current());
+                               ::dist::SourceLocation where = ::dist::SourceLocation::current());
 DIST_DECLARE_P2P(float)
 DIST_DECLARE_P2P(double)
 DIST_DECLARE_P2P(std::int32_t)
@@ -321,7 +322,8 @@ DIST_DECLARE_P2P(std::int64_t)
 #undef DIST_DECLARE_P2P
 
 /// Blocks until every rank (of the group) has called barrier().
-void barrier(const Group& group = {}, std::source_location where = std::source_location::current());
+void barrier(const Group& group = {},
+             ::dist::SourceLocation where = ::dist::SourceLocation::current());
 
 // ---------------------------------------------------------------------------------------------
 // Built-in collectives (the "library" ones; the exercises re-implement them from send/recv).
@@ -340,27 +342,27 @@ void barrier(const Group& group = {}, std::source_location where = std::source_l
 
 #define DIST_DECLARE_COLLECTIVES(T)                                                            \
   void broadcast(std::span<T> buf, int src, const Group& group = {},                           \
-                 std::source_location where = std::source_location::current());                \
+                 ::dist::SourceLocation where = ::dist::SourceLocation::current());            \
   void reduce(std::span<T> buf, int dst, ReduceOp op = ReduceOp::Sum, const Group& group = {}, \
-              std::source_location where = std::source_location::current());                   \
+              ::dist::SourceLocation where = ::dist::SourceLocation::current());               \
   void all_reduce(std::span<T> buf, ReduceOp op = ReduceOp::Sum, const Group& group = {},      \
-                  std::source_location where = std::source_location::current());               \
+                  ::dist::SourceLocation where = ::dist::SourceLocation::current());           \
   [[nodiscard]] Work all_reduce_async(                                                         \
       std::span<T> buf, ReduceOp op = ReduceOp::Sum, const Group& group = {},                  \
-      std::source_location where = std::source_location::current());                           \
+      ::dist::SourceLocation where = ::dist::SourceLocation::current());                       \
   /* out: size*in.size() elements on dst, ignored (may be empty) elsewhere */                  \
   void gather(std::span<const T> in, std::span<T> out, int dst, const Group& group = {},       \
-              std::source_location where = std::source_location::current());                   \
+              ::dist::SourceLocation where = ::dist::SourceLocation::current());               \
   /* out: size*in.size() elements on every rank; rank r's in lands at r*in.size() */           \
   void all_gather(std::span<const T> in, std::span<T> out, const Group& group = {},            \
-                  std::source_location where = std::source_location::current());               \
+                  ::dist::SourceLocation where = ::dist::SourceLocation::current());           \
   /* in: size*out.size() elements on src, ignored (may be empty) elsewhere */                  \
   void scatter(std::span<const T> in, std::span<T> out, int src, const Group& group = {},      \
-               std::source_location where = std::source_location::current());                  \
+               ::dist::SourceLocation where = ::dist::SourceLocation::current());              \
   /* in: size*out.size() elements; rank r gets the reduction of chunk r */                     \
   void reduce_scatter(std::span<const T> in, std::span<T> out, ReduceOp op = ReduceOp::Sum,    \
                       const Group& group = {},                                                 \
-                      std::source_location where = std::source_location::current());
+                      ::dist::SourceLocation where = ::dist::SourceLocation::current());
 DIST_DECLARE_COLLECTIVES(float)
 DIST_DECLARE_COLLECTIVES(double)
 DIST_DECLARE_COLLECTIVES(std::int32_t)
