@@ -10,7 +10,7 @@ namespace dist::detail::mpi {
 
 // Not used outside this file.
 namespace {
-int type_index(DataType type) { return static_cast<int>(type); }  // 0..3, for tag folding
+int type_index(DataType type) { return static_cast<int>(type); }  // 0..kTypeCount-1, for tags
 
 bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
   if (a == nullptr || b == nullptr || a_bytes == 0 || b_bytes == 0) return false;
@@ -30,11 +30,46 @@ MPI_Datatype mpi_type(DataType type) {
       return MPI_INT32_T;
     case DataType::Int64:
       return MPI_INT64_T;
+    case DataType::BFloat16:
+      return MPI_UINT16_T;  // moved as bytes; reduced by the bf16 ops below
   }
   throw Error("mpi backend: unknown DataType");
 }
 
-MPI_Op mpi_op(ReduceOp op) {
+namespace {
+// MPI_User_function over bf16 (passed as MPI_UINT16_T): inout = op(in, inout) in float, rounded.
+template <ReduceOp Op>
+void bf16_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const bf16*>(in);
+  auto* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *len; ++i) apply_op(&b[i], &a[i], 1, DataType::BFloat16, Op);
+}
+
+MPI_Op make_op(MPI_User_function* fn) {
+  MPI_Op op;
+  DIST_MPI_CHECK(MPI_Op_create(fn, 1, &op));
+  return op;
+}
+}  // namespace
+
+MPI_Op mpi_op(ReduceOp op, DataType type) {
+  if (type == DataType::BFloat16) {
+    // Created once, after MPI_Init (the first bf16 reduction); live until MPI_Finalize.
+    static const MPI_Op ops[4] = {
+        make_op(&bf16_op<ReduceOp::Sum>), make_op(&bf16_op<ReduceOp::Product>),
+        make_op(&bf16_op<ReduceOp::Min>), make_op(&bf16_op<ReduceOp::Max>)};
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg:
+        return ops[0];
+      case ReduceOp::Product:
+        return ops[1];
+      case ReduceOp::Min:
+        return ops[2];
+      case ReduceOp::Max:
+        return ops[3];
+    }
+  }
   switch (op) {
     case ReduceOp::Sum:
     case ReduceOp::Avg:
@@ -67,7 +102,8 @@ MpiBackend::MpiBackend(const LaunchOptions& options) : job_(options.timeout, "mp
   int* tag_ub = nullptr;
   int flag = 0;
   DIST_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag));
-  max_tag_ = (flag && tag_ub) ? (*tag_ub - 3) / 4 : (32767 - 3) / 4;
+  max_tag_ = (flag && tag_ub) ? (*tag_ub - (kTypeCount - 1)) / kTypeCount
+                              : (32767 - (kTypeCount - 1)) / kTypeCount;
   reset_stats();
 }
 
@@ -91,7 +127,7 @@ int MpiBackend::mpi_tag(int tag, DataType type, const char* fn) const {
     throw Error("rank " + std::to_string(rank()) + ": " + fn + "(tag=" + std::to_string(tag) +
                 "): the MPI backend supports tags up to " + std::to_string(max_tag_));
   }
-  return tag * 4 + type_index(type);
+  return tag * kTypeCount + type_index(type);
 }
 
 const void* MpiBackend::unalias(const void* in, std::size_t in_count, DataType type,

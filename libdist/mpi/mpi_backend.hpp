@@ -14,11 +14,14 @@
 //                      communicator, so ranks are the communicator's ranks (= group ranks)
 //   broadcast ...      MPI_Ibcast, MPI_Ireduce, MPI_Iallreduce, MPI_Igather, MPI_Iallgather,
 //   reduce_scatter     MPI_Iscatter, MPI_Ireduce_scatter_block; Avg = MPI_SUM, then divide
+//   bf16               MPI has no bfloat16: moved as MPI_UINT16_T (two bytes each); reduced with
+//                      user-defined MPI_Ops (one per ReduceOp) that combine two bf16 values in
+//                      float and round back to bf16 (dist.hpp, struct bf16)
 // Every operation is started non-blocking and waited on by polling (MpiJob::wait), so that a
 // failed rank wakes the others (RankFailedError) and a hang becomes a TimeoutError after
 // LaunchOptions::timeout. Every MPI call is checked (DIST_MPI_CHECK: MPI's error string, file:line).
 //
-// Tags: the element type is folded into the MPI tag (tag * 4 + type), so a send and a recv that
+// Tags: the element type is folded into the MPI tag (tag * kTypeCount + type), so a send and a recv that
 // disagree on type never match (the wait times out, and the message names the cause) instead of
 // silently reinterpreting bytes. A count mismatch is a MismatchError on the receiving rank.
 //
@@ -45,7 +48,10 @@
 namespace dist::detail::mpi {
 
 MPI_Datatype mpi_type(DataType type);
-MPI_Op mpi_op(ReduceOp op);  // Avg maps to MPI_SUM; the caller divides
+/// The number of DataTypes folded into a tag.
+inline constexpr int kTypeCount = 5;
+/// Avg maps to the sum; the caller divides. bf16: a user-defined op (created on first use).
+MPI_Op mpi_op(ReduceOp op, DataType type);
 /// "fn(peer_name=peer, tag=t, count x type)", the name of a point-to-point call in messages.
 std::string describe(const char* fn, const char* peer_name, int peer, int tag, std::size_t count,
                      DataType type);
@@ -137,7 +143,7 @@ class MpiBackend : public BackendImpl, public std::enable_shared_from_this<MpiBa
  private:
   /// count as MPI's int, or an Error naming the call when it does not fit.
   int int_count(std::size_t count, const char* fn) const;
-  /// The MPI tag of (tag, type): tag * 4 + type, or an Error when tag is above MPI_TAG_UB's share.
+  /// The MPI tag of (tag, type): tag * kTypeCount + type, or an Error when tag is above MPI_TAG_UB's share.
   int mpi_tag(int tag, DataType type, const char* fn) const;
   /// MPI forbids overlapping send and receive buffers: returns in, or a copy of it in `copy`.
   const void* unalias(const void* in, std::size_t in_count, DataType type, const void* out,

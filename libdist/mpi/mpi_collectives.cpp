@@ -17,8 +17,8 @@ void MpiBackend::reduce(void* buf, std::size_t count, DataType type, ReduceOp op
   MPI_Request req;
   const bool root = g.rank() == dst;
   DIST_MPI_CHECK(MPI_Ireduce(root ? MPI_IN_PLACE : buf, root ? buf : nullptr,
-                             int_count(count, "reduce"), mpi_type(type), mpi_op(op), dst, comm(g),
-                             &req));
+                             int_count(count, "reduce"), mpi_type(type), mpi_op(op, type), dst,
+                             comm(g), &req));
   job_.wait(req, describe_collective("reduce", count, type));
   if (root && op == ReduceOp::Avg) divide(buf, count, type, g.size());
 }
@@ -33,7 +33,7 @@ Work MpiBackend::all_reduce_async(void* buf, std::size_t count, DataType type, R
   begin_collective();
   MPI_Request req;
   DIST_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, int_count(count, "all_reduce"), mpi_type(type),
-                                mpi_op(op), comm(g), &req));
+                                mpi_op(op, type), comm(g), &req));
   const int p = g.size();
   return Work(std::make_shared<MpiWork>(shared_from_this(), req,
                                         describe_collective("all_reduce", count, type),
@@ -82,7 +82,7 @@ void MpiBackend::reduce_scatter(const void* in, void* out, std::size_t count, Da
   in = unalias(in, count * static_cast<std::size_t>(g.size()), type, out, count, copy);
   MPI_Request req;
   DIST_MPI_CHECK(MPI_Ireduce_scatter_block(in, out, int_count(count, "reduce_scatter"),
-                                           mpi_type(type), mpi_op(op), comm(g), &req));
+                                           mpi_type(type), mpi_op(op, type), comm(g), &req));
   job_.wait(req, describe_collective("reduce_scatter", count, type));
   if (op == ReduceOp::Avg) divide(out, count, type, g.size());
 }

@@ -92,6 +92,8 @@ inline ncclDataType_t nccl_type(DataType type) {
       return ncclInt32;
     case DataType::Int64:
       return ncclInt64;
+    case DataType::BFloat16:
+      return ncclBfloat16;  // NCCL reduces bf16 on the GPU in its own order
   }
   throw Error("nccl backend: unknown DataType");
 }

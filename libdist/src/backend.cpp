@@ -52,6 +52,16 @@ void apply_typed(T* inout, const T* in, std::size_t n, ReduceOp op) {
       break;
   }
 }
+
+// bf16: each element combined in float, the result rounded to the nearest bf16.
+void apply_bf16(bf16* inout, const bf16* in, std::size_t n, ReduceOp op) {
+  for (std::size_t i = 0; i < n; ++i) {
+    float a = static_cast<float>(inout[i]);
+    const float b = static_cast<float>(in[i]);
+    apply_typed(&a, &b, 1, op);
+    inout[i] = bf16(a);
+  }
+}
 }  // namespace
 
 BackendImpl& current() {
@@ -179,6 +189,9 @@ void apply_op(void* inout, const void* in, std::size_t count, DataType type, Red
       apply_typed(static_cast<std::int64_t*>(inout), static_cast<const std::int64_t*>(in), count,
                   op);
       break;
+    case DataType::BFloat16:  // each step in float, rounded to bf16 (dist.hpp, struct bf16)
+      apply_bf16(static_cast<bf16*>(inout), static_cast<const bf16*>(in), count, op);
+      break;
   }
 }
 
@@ -200,6 +213,13 @@ void divide(void* buf, std::size_t count, DataType type, int divisor) {
     case DataType::Int64:
       run(static_cast<std::int64_t*>(buf));
       break;
+    case DataType::BFloat16: {
+      auto* p = static_cast<bf16*>(buf);
+      for (std::size_t i = 0; i < count; ++i) {
+        p[i] = bf16(static_cast<float>(p[i]) / static_cast<float>(divisor));
+      }
+      break;
+    }
   }
 }
 

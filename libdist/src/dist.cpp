@@ -47,6 +47,8 @@ const char* to_string(DataType type) {
       return "int32";
     case DataType::Int64:
       return "int64";
+    case DataType::BFloat16:
+      return "bf16";
   }
   return "?";
 }
@@ -61,6 +63,8 @@ std::size_t size_of(DataType type) {
       return 4;
     case DataType::Int64:
       return 8;
+    case DataType::BFloat16:
+      return 2;
   }
   return 0;
 }
@@ -404,6 +408,7 @@ DIST_DEFINE(float)
 DIST_DEFINE(double)
 DIST_DEFINE(std::int32_t)
 DIST_DEFINE(std::int64_t)
+DIST_DEFINE(bf16)
 #undef DIST_DEFINE
 
 }  // namespace dist

@@ -492,6 +492,79 @@ TEST(Mpi, DeadlockBecomesATimeoutThatPointsToTheThreadsBackend) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
+// ---- bf16 -------------------------------------------------------------------------------------
+
+// bf16 on MPI: moved as two-byte elements, reduced by the backend's user-defined ops in float,
+// rounded to bf16 (dist.hpp). Small integers are exact in bf16 whatever MPI's order; with two
+// ranks the order cannot matter, so a sum that needs rounding is the float sum rounded once.
+TEST(Mpi, Bf16MovesAndReducesWithHalfTheBytesOfFloat) {
+  using dist::bf16;
+  run([] {
+    const int p = dist::world_size(), r = dist::rank();
+    const std::size_t n = 1001;  // odd
+    auto in = [](int q, std::size_t i) { return bf16(static_cast<float>(q + 1 + (i % 5))); };
+    std::vector<bf16> a(n);
+    for (std::size_t i = 0; i < n; ++i) a[i] = in(r, i);
+    dist::all_reduce(std::span<bf16>(a));
+    for (std::size_t i = 0; i < n; ++i) {
+      float want = 0;
+      for (int q = 0; q < p; ++q) want += static_cast<float>(in(q, i));
+      ASSERT_EQ(static_cast<float>(a[i]), want) << "i=" << i;
+    }
+    for (dist::ReduceOp op : {dist::ReduceOp::Min, dist::ReduceOp::Max, dist::ReduceOp::Avg}) {
+      std::vector<bf16> b(n);
+      for (std::size_t i = 0; i < n; ++i) b[i] = bf16(-static_cast<float>(in(r, i)));
+      dist::all_reduce(std::span<bf16>(b), op);
+      for (std::size_t i = 0; i < n; ++i) {
+        float lo = 0, hi = -1e9f, sum = 0;
+        for (int q = 0; q < p; ++q) {
+          const float x = -static_cast<float>(in(q, i));
+          lo = std::min(lo, x);
+          hi = std::max(hi, x);
+          sum += x;
+        }
+        const float want = op == dist::ReduceOp::Min   ? lo
+                           : op == dist::ReduceOp::Max ? hi
+                                                       : static_cast<float>(bf16(sum / p));
+        ASSERT_EQ(static_cast<float>(b[i]), want) << dist::to_string(op) << " i=" << i;
+      }
+    }
+    if (p == 2) {
+      std::vector<bf16> c(n), rs(n);
+      std::vector<bf16> c2(2 * n);
+      auto v = [](int q, std::size_t i) {
+        return bf16(1.0f + 0.37f * static_cast<float>(q) + 0.0131f * static_cast<float>(i % 97));
+      };
+      for (std::size_t i = 0; i < n; ++i) c[i] = v(r, i);
+      for (std::size_t i = 0; i < 2 * n; ++i) c2[i] = v(r, i);
+      dist::all_reduce(std::span<bf16>(c));
+      dist::reduce_scatter(std::span<const bf16>(c2), std::span<bf16>(rs));
+      for (std::size_t i = 0; i < n; ++i) {
+        const float want =
+            static_cast<float>(bf16(static_cast<float>(v(0, i)) + static_cast<float>(v(1, i))));
+        ASSERT_EQ(static_cast<float>(c[i]), want) << "i=" << i;
+        const std::size_t g = static_cast<std::size_t>(r) * n + i;
+        ASSERT_EQ(static_cast<float>(rs[i]), static_cast<float>(bf16(static_cast<float>(v(0, g)) +
+                                                                     static_cast<float>(v(1, g)))))
+            << "reduce_scatter i=" << g;
+      }
+    }
+    std::vector<bf16> mine(n), all(n * static_cast<std::size_t>(p));
+    for (std::size_t i = 0; i < n; ++i) mine[i] = bf16(static_cast<float>(r) + 0.5f);
+    dist::all_gather(std::span<const bf16>(mine), std::span<bf16>(all));
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      ASSERT_EQ(static_cast<float>(all[i]), static_cast<float>(i / n) + 0.5f) << "i=" << i;
+    }
+    dist::reset_stats();
+    std::vector<bf16> got(n);
+    auto w = dist::isend(std::span<const bf16>(mine), (r + 1) % p);
+    dist::recv(std::span<bf16>(got), (r + p - 1) % p);
+    w.wait();
+    EXPECT_EQ(static_cast<float>(got[n - 1]), static_cast<float>((r + p - 1) % p) + 0.5f);
+    EXPECT_EQ(dist::stats().bytes_sent, 2 * n);  // half of the 4n bytes of float
+  });
+}
+
 TEST(Mpi, WithoutMpirunOnlyWorldSizeOneRuns) {
   if (job_size() > 1) GTEST_SKIP() << "checks the message shown outside mpirun";
   // Under `mpirun -np 1` the job has one rank, so world size 3 is ignored; outside mpirun

@@ -195,4 +195,36 @@ TEST(Nccl, PointToPointRingWithIsendIrecv) {
   });
 }
 
+// bf16 as ncclBfloat16: small integers are exact in bf16 whatever NCCL's order of summation.
+TEST(Nccl, Bf16AllReduceAndAllGatherWithHalfTheBytesOfFloat) {
+  SKIP_WITHOUT_GPU();
+  using dist::bf16;
+  run([] {
+    const int p = dist::world_size(), r = dist::rank();
+    const std::size_t n = 1001;
+    std::vector<bf16> a(n);
+    for (std::size_t i = 0; i < n; ++i) a[i] = bf16(static_cast<float>(r + 1 + (i % 5)));
+    dist::all_reduce(std::span<bf16>(a));
+    for (std::size_t i = 0; i < n; ++i) {
+      float want = 0;
+      for (int q = 0; q < p; ++q) want += static_cast<float>(q + 1 + (i % 5));
+      ASSERT_EQ(static_cast<float>(a[i]), want) << "i=" << i;
+    }
+    std::vector<bf16> mine(n, bf16(static_cast<float>(r) + 0.5f)),
+        all(n * static_cast<std::size_t>(p));
+    dist::all_gather(std::span<const bf16>(mine), std::span<bf16>(all));
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      ASSERT_EQ(static_cast<float>(all[i]), static_cast<float>(i / n) + 0.5f) << "i=" << i;
+    }
+    dist::reset_stats();
+    std::vector<bf16> got(n);
+    auto rw = dist::irecv(std::span<bf16>(got), (r + p - 1) % p);
+    auto sw = dist::isend(std::span<const bf16>(mine), (r + 1) % p);
+    sw.wait();
+    rw.wait();
+    EXPECT_EQ(static_cast<float>(got[0]), static_cast<float>((r + p - 1) % p) + 0.5f);
+    EXPECT_EQ(dist::stats().bytes_sent, 2 * n);
+  });
+}
+
 }  // namespace

@@ -5,8 +5,9 @@
 //   * a collective given one buffer works in place;
 //   * `src`, `dst` and `root` are ranks in [0, world_size()), or, in a call given a Group, ranks
 //     of that group in [0, group.size()) (see "Process groups" below).
-// Buffers are std::span of float, double, int32_t or int64_t, so std::vector and contiguous
-// Eigen storage pass directly (see <dist/eigen.hpp> for a helper that turns a matrix into a span).
+// Buffers are std::span of float, double, int32_t, int64_t or dist::bf16, so std::vector and
+// contiguous Eigen storage pass directly (see <dist/eigen.hpp> for a helper that turns a matrix into
+// a span).
 //
 // Contract for every backend (threads, Open MPI, NCCL):
 //   * rank() and world_size() never change inside launch();
@@ -15,6 +16,7 @@
 //   * every function throws dist::Error (or a subclass) on failure; nothing calls exit().
 #pragma once
 
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -38,8 +40,51 @@ enum class ReduceOp { Sum, Product, Min, Max, Avg };
 /// Which engine runs the ranks.
 enum class Backend { Threads, Mpi, Nccl };
 
+/// bfloat16 ("brain float"): the upper 16 bits of an IEEE float (1 sign, 8 exponent, 7 mantissa
+/// bits). Same range as float, about 3 significant decimal digits: between 1 and 2 the bf16 values
+/// are 2^-7 apart, so rounding changes a number by at most 2^-8 of its size. Half the bytes of
+/// float on every wire: what mixed-precision training communicates.
+///   * bf16(x) rounds the float x to the nearest bf16, ties to the one with an even last bit; a
+///     NaN stays a NaN (quiet), infinities stay infinities, and floats too large for that rounding
+///     become infinities as IEEE rounding does;
+///   * float(b) is exact (every bf16 is a float);
+///   * there is no arithmetic on bf16: convert to float, compute, convert back; == compares the
+///     bit patterns (so +0 and -0 differ, and a NaN equals itself).
+/// Reductions of bf16 buffers (reduce, all_reduce, reduce_scatter, reduce_into) compute each step
+/// in float and round the result to bf16: one step combines one incoming bf16 value with the bf16
+/// accumulator, so a sum over p ranks is rounded p-1 times (Avg: once more, after the division).
+/// The threads backend combines in group-rank order 0, 1, ..., p-1; Open MPI and NCCL choose
+/// their own order, so their bf16 sums may differ from it in the last bits.
+struct bf16 {
+  std::uint16_t bits = 0;
+
+  constexpr bf16() = default;
+  constexpr explicit bf16(float x) : bits(round(x)) {}
+  constexpr explicit operator float() const {
+    return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
+  }
+  /// The bf16 whose bit pattern is `b`.
+  static constexpr bf16 from_bits(std::uint16_t b) {
+    bf16 r;
+    r.bits = b;
+    return r;
+  }
+  friend constexpr bool operator==(bf16 a, bf16 b) { return a.bits == b.bits; }
+
+ private:
+  static constexpr std::uint16_t round(float x) {
+    const auto u = std::bit_cast<std::uint32_t>(x);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+      return static_cast<std::uint16_t>((u >> 16) | 0x0040u);  // NaN: keep sign, force quiet
+    }
+    const std::uint32_t lsb = (u >> 16) & 1u;
+    return static_cast<std::uint16_t>((u + 0x7fffu + lsb) >> 16);
+  }
+};
+static_assert(sizeof(bf16) == 2, "bf16 must be two bytes");
+
 /// Element types a buffer may hold (the span's element type picks it; students never name it).
-enum class DataType { Float32, Float64, Int32, Int64 };
+enum class DataType { Float32, Float64, Int32, Int64, BFloat16 };
 
 const char* to_string(ReduceOp op);
 const char* to_string(Backend backend);
@@ -47,7 +92,7 @@ const char* to_string(DataType type);
 std::size_t size_of(DataType type);
 
 namespace detail {
-/// The DataType of an element type the API takes (float, double, int32_t, int64_t).
+/// The DataType of an element type the API takes (float, double, int32_t, int64_t, bf16).
 template <typename T>
 constexpr DataType data_type_of() {
   if constexpr (std::is_same_v<T, float>)
@@ -56,8 +101,10 @@ constexpr DataType data_type_of() {
     return DataType::Float64;
   else if constexpr (std::is_same_v<T, std::int32_t>)
     return DataType::Int32;
+  else if constexpr (std::is_same_v<T, bf16>)
+    return DataType::BFloat16;
   else {
-    static_assert(std::is_same_v<T, std::int64_t>, "float, double, int32_t or int64_t");
+    static_assert(std::is_same_v<T, std::int64_t>, "float, double, int32_t, int64_t or bf16");
     return DataType::Int64;
   }
 }
@@ -319,6 +366,7 @@ DIST_DECLARE_P2P(float)
 DIST_DECLARE_P2P(double)
 DIST_DECLARE_P2P(std::int32_t)
 DIST_DECLARE_P2P(std::int64_t)
+DIST_DECLARE_P2P(bf16)
 #undef DIST_DECLARE_P2P
 
 /// Blocks until every rank (of the group) has called barrier().
@@ -367,6 +415,7 @@ DIST_DECLARE_COLLECTIVES(float)
 DIST_DECLARE_COLLECTIVES(double)
 DIST_DECLARE_COLLECTIVES(std::int32_t)
 DIST_DECLARE_COLLECTIVES(std::int64_t)
+DIST_DECLARE_COLLECTIVES(bf16)
 #undef DIST_DECLARE_COLLECTIVES
 
 // ---------------------------------------------------------------------------------------------
@@ -419,6 +468,7 @@ DIST_DECLARE_REDUCE_INTO(float)
 DIST_DECLARE_REDUCE_INTO(double)
 DIST_DECLARE_REDUCE_INTO(std::int32_t)
 DIST_DECLARE_REDUCE_INTO(std::int64_t)
+DIST_DECLARE_REDUCE_INTO(bf16)
 #undef DIST_DECLARE_REDUCE_INTO
 
 }  // namespace dist
