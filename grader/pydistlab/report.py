@@ -244,6 +244,7 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
         for w in warnings[:5]:
             print(f"  {w[:160]}")
     todo: dict[str, list[str]] = {}
+    not_started: dict[str, bool] = {}
     failed: list[str] = []
     crashed: list[str] = []
     hints_said: set[str] = set()
@@ -266,9 +267,12 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
         fns = unfinished_functions(m)
         if fns:
             todo[m.module.name] = fns
+            not_started[m.module.name] = m.status == "graded" and m.passed == 0
         if len(failed) > first or m.status != "graded" or m.passed:
-            # (A module of untouched stubs needs no note: its list of functions says it all.)
-            failed[first:first] = [f"{m.module.name}: note: {n.splitlines()[0]}" for n in m.notes]
+            # (A module of untouched stubs needs no note: its list of functions says it all; nor
+            # does a prerequisite that its "blocked by" line already names.)
+            notes = [n for n in m.notes if not any(n.startswith(f"builds on {p},") for p in m.blocked_by)]
+            failed[first:first] = [f"{m.module.name}: note: {n.splitlines()[0]}" for n in notes]
     if failed:
         print(f"\nfailed ({sum(1 for line in failed if ': note: ' not in line)}):")
         for line in failed:
@@ -281,8 +285,14 @@ def print_table(run: GradeRun, out_dir: str = "") -> None:
         count = sum(len(v) for v in todo.values())
         print(f"\nnot implemented yet ({count} functions; each TODO says what to write, "
               f"./distlab hint MODULE FUNCTION helps):")
+        several = len(run.modules) > 1
         for name, fns in todo.items():
-            print(_wrapped(f"  {name}: ", fns, width=110))
+            if several and not_started.get(name):
+                # Grading several modules, one with no item passing yet is listed by its count:
+                # `./distlab grade MODULE` names its functions when the student starts it.
+                print(f"  {name}: {len(fns)} functions, none passing yet (./distlab grade {name} names them)")
+            else:
+                print(_wrapped(f"  {name}: ", fns, width=110))
     if out_dir:
         print(f"\nfull diagnosis: {out_dir}/report.md (also results.json, junit.xml)")
 

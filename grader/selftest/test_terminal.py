@@ -175,6 +175,26 @@ class TestBlockedBy(unittest.TestCase):
         summary = "\n".join(report.summary_lines(run))
         self.assertIn("  blocked by 05_mlp: MLP::forward, linear_forward", summary)
 
+    def test_several_modules_an_unstarted_one_by_its_count(self) -> None:
+        names = [t.name for t in mf.load().modules["07_pipeline"].items(False)]
+        mlp = "exercises/05_mlp/mlp.cpp"
+        items = [(n, False, _todo_reason(mlp, "MLP::forward")) for n in names]
+        run, res = self.grade_07(items)
+        res.notes.append("builds on 05_mlp, which did not get full marks: fix 05_mlp first")
+        one = io.StringIO()
+        with contextlib.redirect_stdout(one):
+            report.print_table(run)
+        self.assertIn("  07_pipeline: stage_layers, Stage::forward", one.getvalue())   # one module: named
+        self.assertNotIn("note: builds on 05_mlp", one.getvalue())   # the blocked-by line says it
+        run.modules.append(ModuleResult(mf.load().modules["05_mlp"]))
+        two = io.StringIO()
+        with contextlib.redirect_stdout(two):
+            report.print_table(run)
+        count = len(unfinished.function_names(unfinished.module_todos(ROOT, res.module.owned)))
+        self.assertIn(f"  07_pipeline: {count} functions, none passing yet (./distlab grade 07_pipeline "
+                      f"names them)", two.getvalue())
+        self.assertNotIn("stage_layers", two.getvalue())
+
     def test_full_marks_lists_nothing(self) -> None:
         names = [t.name for t in mf.load().modules["07_pipeline"].items(False)]
         run, res = self.grade_07([(n, True, "") for n in names])
