@@ -105,11 +105,12 @@ class Fsdp {
   struct State;
 
  private:
-  Model& model_;
-  Shards& shards_;
-  UnitBuffers& buffers_;
-  Stream& compute_;
-  Stream& comm_;
+  // (maybe_unused: the stub's methods do not read them yet)
+  [[maybe_unused]] Model& model_;
+  [[maybe_unused]] Shards& shards_;
+  [[maybe_unused]] UnitBuffers& buffers_;
+  [[maybe_unused]] Stream& compute_;
+  [[maybe_unused]] Stream& comm_;
   FsdpConfig config_;
   std::int64_t t_ = 0;  // steps taken
   std::unique_ptr<State> state_;
