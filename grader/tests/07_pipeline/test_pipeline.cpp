@@ -479,11 +479,23 @@ TEST(StageSplit, BThenWEqualsTheBackward) {
     }
     double tf = 0;
     for (int l = 3; l < 5; ++l) tf += cost.forward_seconds(c, l, 4);
-    int nb = 0, nw = 0;
-    for (const auto& sp : s1.spans()) {
+    int nb = 0, nw = 0, nr = 0;
+    const auto& spans = s1.spans();
+    for (std::size_t k = 0; k < spans.size(); ++k) {
+      const auto& sp = spans[k];
       if (sp.name[0] == 'B') {
         ++nb;
         EXPECT_NEAR(sp.t1 - sp.t0, tf, 1e-15) << "B takes half the backward (tb/2 = tf)";
+        if (recompute) {
+          const std::string want_r = "R" + sp.name.substr(1);
+          EXPECT_TRUE(k > 0 && spans[k - 1].name == want_r)
+              << "with recomputation B first runs the forward again (span " << want_r
+              << ") right before " << sp.name;
+        }
+      }
+      if (sp.name[0] == 'R') {
+        ++nr;
+        EXPECT_NEAR(sp.t1 - sp.t0, tf, 1e-15) << "a recompute costs a forward (tf)";
       }
       if (sp.name[0] == 'W') {
         ++nw;
@@ -492,6 +504,7 @@ TEST(StageSplit, BThenWEqualsTheBackward) {
     }
     EXPECT_EQ(nb, 2);
     EXPECT_EQ(nw, 2);
+    EXPECT_EQ(nr, recompute ? 2 : 0) << "one R span per B with recomputation, none without";
   }
 }
 
@@ -756,7 +769,9 @@ std::string span_of(const pp::Op& op) {
 TEST(InterleavedOps, EveryChunkOnceWithinTheStashBoundAndTheStepFormula) {
   for (int p = 1; p <= 4; ++p) {
     for (int v = 1; v <= 3; ++v) {
-      for (int m : {p, 2 * p, 3 * p}) {
+      std::vector<int> ms = {p, 2 * p, 3 * p};
+      if (v == 1) ms.insert(ms.end(), {1, 2, p + 1});  // one chunk: any m, also m < p - 1
+      for (int m : ms) {
         SCOPED_TRACE("p=" + std::to_string(p) + " v=" + std::to_string(v) +
                      " m=" + std::to_string(m));
         const auto lists = interleaved_lists(p, m, v);

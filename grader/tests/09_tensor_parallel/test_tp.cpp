@@ -139,10 +139,14 @@ void block_case(int t, int hidden, mlp::Activation act) {
     blk.row.add_hook([&](mlp::Parameter& p) {
       order.push_back(p.grad.hasNaN() ? "row (gradient not written)" : "row");
       if (!blk.column.grad.hasNaN()) order.push_back("(column gradient already written)");
+      if (!blk.dz.array().isNaN().all()) {
+        order.push_back("(dz already computed: the activation's backward ran before the hook)");
+      }
     });
     const float nan = std::numeric_limits<float>::quiet_NaN();
     blk.column.grad = mlp::Matrix::Constant(n, in, nan);
     blk.row.grad = mlp::Matrix::Constant(out, n, nan);
+    blk.dz = mlp::Matrix::Constant(batch, n, nan);  // block_backward writes it after the row hook
     const auto [fwd_bytes, fwd_msgs] = all_reduce_cost(static_cast<std::size_t>(y.size()), {});
     const auto [bwd_bytes, bwd_msgs] = all_reduce_cost(static_cast<std::size_t>(dx.size()), {});
     dist::reset_stats();
@@ -490,6 +494,9 @@ struct ZeroMemory {
   std::int64_t full = 0;    // bytes of one float per element of the rank's parameters
   std::int64_t chunks = 0;  // bytes of one float per element of its padded chunks
   std::size_t params = 0;
+  std::int64_t scratch = 0;         // measured: ZeRO's communication buffer
+  std::int64_t largest = 0;         // bytes of the largest padded parameter
+  std::int64_t all_parameters = 0;  // bytes of every padded parameter together
 };
 
 ZeroMemory zero_memory(const tp::TpConfig& c, int rank) {
@@ -504,10 +511,15 @@ ZeroMemory zero_memory(const tp::TpConfig& c, int rank) {
     const tp::Memory m = trainer.memory();
     out.state = m.optimizer_state;
     out.gradients = m.gradients;
+    out.scratch = m.scratch;
     for (const std::size_t n : shard_sizes(trainer.model())) {
       out.full += static_cast<std::int64_t>(n * sizeof(float));
       out.chunks +=
           static_cast<std::int64_t>(tp::ZeroOptimizer::padded(n, c.dp) / c.dp * sizeof(float));
+      const auto padded =
+          static_cast<std::int64_t>(tp::ZeroOptimizer::padded(n, c.dp) * sizeof(float));
+      out.largest = std::max(out.largest, padded);
+      out.all_parameters += padded;
       ++out.params;
     }
   });
@@ -521,6 +533,13 @@ void expect_sharded_state(const tp::TpConfig& c, const ZeroMemory& m) {
   const std::int64_t slack = static_cast<std::int64_t>(2 * m.params * (c.dp - 1) * sizeof(float));
   EXPECT_GE(m.state * c.dp, 2 * m.full);
   EXPECT_LE(m.state * c.dp, 2 * m.full + slack);
+  // The scratch buffer holds one padded parameter at a time: the largest (a vector grown on
+  // demand may keep up to twice that), never room for all of them.
+  ASSERT_GT(m.all_parameters, 2 * m.largest) << "the test needs a model of several parameters";
+  EXPECT_GE(m.scratch, m.largest) << "scratch_ holds one padded parameter (the largest)";
+  EXPECT_LT(m.scratch, 2 * m.largest)
+      << "scratch_ is one padded parameter at a time, not " << m.scratch << " bytes (every "
+      << "padded parameter together: " << m.all_parameters << ")";
 }
 
 TEST(Memory, AdamStateIsTwiceTheWeightsWithoutZero) {
