@@ -1,7 +1,11 @@
 // Hidden tests of 01_threads: edge cases, larger sizes and repetition.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include <algorithm>
 #include <atomic>
@@ -209,6 +213,58 @@ TEST(HiddenProcesses, EveryChildIsReaped) {
   EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1)
       << "write_in_child_process left a child process behind: wait for the child";
   EXPECT_EQ(errno, ECHILD);
+}
+
+// A child that calls exit() instead of _exit() runs the parent's exit handlers (and flushes the
+// stdio buffers it copied): one handler, registered once, writes a byte to a pipe when it runs in
+// a process other than this one.
+int g_exit_pipe = -1;
+pid_t g_test_pid = 0;
+void mark_exit_in_child() {
+  if (getpid() != g_test_pid && g_exit_pipe >= 0) {
+    const char x = 'x';
+    (void)!write(g_exit_pipe, &x, 1);
+  }
+}
+
+TEST(HiddenProcesses, ChildrenLeaveAtOnceWithoutTheParentsExitHandlers) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(fcntl(fds[0], F_SETFL, O_NONBLOCK), 0);
+  g_test_pid = getpid();
+  g_exit_pipe = fds[1];
+  static const bool registered = std::atexit(mark_exit_in_child) == 0;
+  ASSERT_TRUE(registered);
+  (void)threads::measure_creation_cost(5);
+  (void)threads::write_in_child_process(4, 8);
+  g_exit_pipe = -1;
+  close(fds[1]);
+  char buf[64];
+  const ssize_t got = read(fds[0], buf, sizeof buf);
+  close(fds[0]);
+  EXPECT_LE(got, 0) << got
+                    << " child process(es) ran the parent's exit handlers: the child "
+                       "must leave with _exit(0) at once (exit() runs atexit handlers and "
+                       "flushes the stdio buffers it copied from the parent)";
+}
+
+TEST(HiddenParallelMap, ResultsInInputOrderWhenLaterItemsFinishFirst) {
+  // Item i sleeps (n - i) x 8 ms: with 4 workers the items finish roughly in reverse order.
+  std::vector<double> xs(12);
+  std::iota(xs.begin(), xs.end(), 1.0);
+  const auto ys = threads::parallel_map(
+      xs,
+      [&](double x) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(8 * (13 - static_cast<int>(x))));
+        return 10 * x;
+      },
+      4);
+  ASSERT_EQ(ys.size(), xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    EXPECT_EQ(ys[i], 10 * xs[i]) << "index " << i
+                                 << ": out[i] must be fn(inputs[i]) whatever "
+                                    "order the items finish in";
+  }
 }
 
 TEST(HiddenParallelFor, TheFirstOfSeveralDifferentFailuresIsRethrown) {

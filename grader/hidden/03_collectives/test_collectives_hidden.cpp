@@ -47,6 +47,65 @@ double tree_rounds(const dist::NetworkModel& m, int p, std::size_t bytes) {
   return t;
 }
 
+// ---- the same messages for every count -----------------------------------------------------------
+
+/// The header's message counts do not depend on the count ("Every function must work ... for
+/// count 0", and each function's message count): count 0, 1 and p - 1 (chunks of no element or
+/// one) send to every rank the messages that a large count sends.
+void messages_for_every_count(const std::string& fn, bool rooted) {
+  for (int p : {2, 3, 4, 5, 7, 8}) {
+    for (int root : rooted ? std::vector<int>{0, p - 1} : std::vector<int>{-1}) {
+      const auto pattern = [&](std::size_t n) {
+        const std::string what = "world size " + std::to_string(p) +
+                                 (root >= 0 ? ", root " + std::to_string(root) : "") + ", count " +
+                                 std::to_string(n);
+        const auto stats = traffic(what, fn, p, [&] { call_of(fn)(n, root); });
+        Matrix m = zeros(p);
+        for (std::size_t r = 0; r < stats.size(); ++r) {
+          for (std::size_t q = 0; q < stats.size(); ++q) m[r][q] = stats[r].messages_sent_to.at(q);
+        }
+        return std::pair{what, m};
+      };
+      const auto [large_what, large] = pattern(1000);
+      if (::testing::Test::HasFailure()) return;
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, static_cast<std::size_t>(p - 1)}) {
+        const auto [what, got] = pattern(n);
+        if (::testing::Test::HasFailure()) return;
+        for (int r = 0; r < p; ++r) {
+          for (int q = 0; q < p; ++q) {
+            const auto g = got[static_cast<std::size_t>(r)][static_cast<std::size_t>(q)];
+            const auto w = large[static_cast<std::size_t>(r)][static_cast<std::size_t>(q)];
+            if (g != w) {
+              ADD_FAILURE() << fn << ", " << what << ": rank " << r << " sent " << g
+                            << " messages to rank " << q << ", but " << w << " with count 1000: "
+                            << "the messages of an algorithm do not depend on the count (empty "
+                               "chunks are sent too; count 0 needs no special case)";
+              return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BroadcastNaive, TrafficEveryCount) { messages_for_every_count("broadcast_naive", true); }
+TEST(BroadcastTree, TrafficEveryCount) { messages_for_every_count("broadcast_tree", true); }
+TEST(BroadcastRing, TrafficEveryCount) { messages_for_every_count("broadcast_ring", true); }
+TEST(ReduceNaive, TrafficEveryCount) { messages_for_every_count("reduce_naive", true); }
+TEST(ReduceTree, TrafficEveryCount) { messages_for_every_count("reduce_tree", true); }
+TEST(AllReduceNaive, TrafficEveryCount) { messages_for_every_count("all_reduce_naive", false); }
+TEST(AllReduceButterfly, TrafficEveryCount) {
+  messages_for_every_count("all_reduce_butterfly", false);
+}
+TEST(AllReduceRing, TrafficEveryCount) { messages_for_every_count("all_reduce_ring", false); }
+TEST(GatherNaive, TrafficEveryCount) { messages_for_every_count("gather_naive", true); }
+TEST(GatherTree, TrafficEveryCount) { messages_for_every_count("gather_tree", true); }
+TEST(AllGatherRing, TrafficEveryCount) { messages_for_every_count("all_gather_ring", false); }
+TEST(ReduceScatterRing, TrafficEveryCount) {
+  messages_for_every_count("reduce_scatter_ring", false);
+}
+
 // ---- values at larger world sizes -------------------------------------------------------------
 
 TEST(BroadcastNaive, ValuesLarge) {

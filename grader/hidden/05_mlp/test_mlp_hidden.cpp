@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "datasets/random.hpp"
 #include "distlab_testing.hpp"
@@ -114,4 +115,27 @@ TEST(HiddenSoftmax, VeryNegativeLogitsAndOneRow) {
   mlp::softmax_cross_entropy_backward(probs, y, d);
   ASSERT_TRUE(d.allFinite());
   EXPECT_NEAR(d.sum(), 0.0f, 1e-6f);
+}
+
+TEST(HiddenTanh, LargeAndTinyInputs) {
+  // y = tanh(x) for every float: saturates to +-1 far from 0 (no inf / inf), and keeps its
+  // relative accuracy near 0 (where exp(2x) - 1 cancels).
+  const std::vector<float> large = {20.0f, 44.5f, 50.0f, 89.0f, 100.0f, 1e4f, -50.0f, -1e4f};
+  const std::vector<float> tiny = {1e-4f, -3e-5f, 1e-7f, 2.5e-3f};
+  mlp::Matrix x(2, static_cast<Eigen::Index>(large.size()));
+  for (std::size_t i = 0; i < large.size(); ++i) {
+    x(0, static_cast<Eigen::Index>(i)) = large[i];
+    x(1, static_cast<Eigen::Index>(i)) = i < tiny.size() ? tiny[i] : -tiny[i - tiny.size()];
+  }
+  mlp::Matrix y;
+  mlp::tanh_forward(x, y);
+  ASSERT_EQ(y.rows(), x.rows());
+  ASSERT_EQ(y.cols(), x.cols());
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    const float xi = x.data()[i], yi = y.data()[i];
+    const double want = std::tanh(static_cast<double>(xi));
+    ASSERT_FALSE(std::isnan(yi)) << "tanh(" << xi << ") is NaN";
+    EXPECT_LE(std::abs(yi - want), 1e-5 * std::abs(want))
+        << "tanh(" << xi << ") = " << yi << ", want " << want;
+  }
 }

@@ -62,6 +62,34 @@ TEST(HiddenMyDP, MidCapBucketsTrainCorrectly) {
   for (const auto& f : log.failures()) ADD_FAILURE() << f;
 }
 
+TEST(HiddenCloseness, TheToleranceScalesWithTheLargerOfTheTwoValues) {
+  // rtol 0.1, rank 0 holds 1.0 and rank 2 a larger value: 1.11 is close (0.11 <= 0.1 x 1.11),
+  // 1.12 is not (0.12 > 0.112); relative to rank 0's value alone 1.11 would not be close.
+  std::mutex mu;
+  std::vector<int> inside(3, -1), outside(3, -1);
+  distlab::testing::run_ranks(3, [&] {
+    mlp::MLP model(dptest::small_config(), 5);
+    float& w = model.parameters()[1]->value(1, 1);
+    w = 1.0f;
+    if (dist::rank() == 2) w = 1.11f;
+    const bool a = dp::check_parameter_closeness(model, 0.1f);
+    if (dist::rank() == 2) w = 1.12f;
+    const bool b = dp::check_parameter_closeness(model, 0.1f);
+    w = dist::rank() == 0 ? 1.11f : 1.0f;  // the larger value on rank 0 this time
+    const bool c = dp::check_parameter_closeness(model, 0.1f);
+    std::lock_guard<std::mutex> g(mu);
+    inside[static_cast<std::size_t>(dist::rank())] = a && c;
+    outside[static_cast<std::size_t>(dist::rank())] = b;
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(inside[static_cast<std::size_t>(r)], 1)
+        << "rank " << r << ": |1.11 - 1.0| <= 0.1 x max(|1.11|, |1.0|), so the replicas are close "
+        << "(1.11 on rank 2, then on rank 0)";
+    EXPECT_EQ(outside[static_cast<std::size_t>(r)], 0)
+        << "rank " << r << ": |1.12 - 1.0| > 0.1 x max(|1.12|, |1.0|), so they are not";
+  }
+}
+
 TEST(HiddenCloseness, EqualReplicasAreCloseWithZeroWeightsAndZeroTolerance) {
   // |x_r - x_0| <= rtol * max(|x_r|, |x_0|) holds with equality for equal values: a weight that
   // is 0 on every rank, or rtol = 0, still leaves identical replicas close (a strict < does not).

@@ -3,6 +3,9 @@
 // reduction cost that the server's dist::reduce_into charges.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "ps_harness.hpp"
 
 namespace {
@@ -237,6 +240,66 @@ TEST(HiddenSsp, ReleasedWorkersAreAnsweredInWorkerOrder) {
   for (std::size_t i = 0; i < 15; ++i) {
     EXPECT_EQ(run.log.source[i], 1 + static_cast<int>(i % 3))
         << "update " << i << ": released together, the workers are answered in worker order";
+  }
+}
+
+TEST(HiddenAsyncLog, TimeIsTheServersClockRightAfterTheUpdate) {
+  // One worker: its push i arrives at the server after compute + one push message; the log's time
+  // is the server's clock right then (before the replies, whose blocking sends take time).
+  const mlp::Config c = small_config();
+  const double compute_s = 1e-3;
+  const AsyncRun run = run_async(c, data_for(c), 1, 4, -1, compute_s, 1.0);
+  ASSERT_EQ(run.log.time.size(), 4u);
+  const std::size_t bytes = (run.weights.size() + 1) * sizeof(float);
+  const dist::NetworkModel net;
+  const double push = net.message_cost(1, 0, bytes), reply = net.message_cost(0, 1, bytes);
+  ASSERT_GT(reply, 0.0);
+  EXPECT_NEAR(run.log.time[0], compute_s + push, 1e-9)
+      << "the first update is logged when the first push has arrived (compute " << compute_s
+      << " s + one message " << push << " s), before any reply is sent";
+  for (std::size_t i = 1; i < 4; ++i) {
+    EXPECT_NEAR(run.log.time[i] - run.log.time[i - 1], reply + compute_s + push, 1e-9)
+        << "update " << i << ": one reply, one gradient and one push after the previous update";
+  }
+}
+
+TEST(HiddenAsyncLog, MaxLeadIsRecordedWithoutABoundToo) {
+  // Fully asynchronous (staleness < 0) with a straggler: the fast workers run ahead, and max_lead
+  // is the largest lead of a worker when it is answered (every update but the last answers its
+  // worker at once).
+  const mlp::Config c = other_config();
+  const int workers = 3, updates = 30;
+  const AsyncRun run = run_async(c, data_for(c), workers, updates, -1, 1e-3, 4.0);
+  ASSERT_EQ(run.log.source.size(), static_cast<std::size_t>(updates));
+  std::vector<int> pushes(workers, 0);
+  int want = 0;
+  for (int i = 0; i + 1 < updates; ++i) {
+    const auto k = static_cast<std::size_t>(run.log.source[static_cast<std::size_t>(i)] - 1);
+    ++pushes[k];
+    want = std::max(want, pushes[k] - *std::min_element(pushes.begin(), pushes.end()));
+  }
+  ASSERT_GT(want, 1) << "the test needs workers that run ahead";
+  EXPECT_EQ(run.log.max_lead, want)
+      << "ServerLog::max_lead under staleness -1: the largest lead of a worker when answered";
+}
+
+TEST(HiddenAsyncLog, TheLastUpdatesWorkerIsStoppedAtOnce) {
+  // After the last update no reply carries weights: the worker whose push made it is waiting, so
+  // it gets its stop reply at once and pushes nothing more (the others push one dropped gradient
+  // at most).
+  const mlp::Config c = small_config();
+  for (int workers : {1, 2, 3}) {
+    for (int s : {-1, 0, 2}) {
+      const AsyncRun run = run_async(c, data_for(c), workers, 13, s, 1e-3, 2.0);
+      ASSERT_EQ(run.log.source.size(), 13u);
+      const int last = run.log.source.back();
+      const auto applied =
+          static_cast<int>(std::count(run.log.source.begin(), run.log.source.end(), last));
+      EXPECT_EQ(run.pushed[static_cast<std::size_t>(last - 1)], applied)
+          << workers << " workers, s=" << s << ": worker rank " << last
+          << " made the last update and must get the stop reply at once, not weights for one "
+             "more gradient";
+    }
   }
 }
 

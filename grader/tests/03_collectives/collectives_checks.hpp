@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -446,6 +447,79 @@ inline std::string model_text(const dist::NetworkModel& m, std::size_t bytes) {
        << m.inter_node_latency_s * 1e6 << " us, beta 1/" << m.inter_node_bandwidth_Bps << " s/B)";
   }
   return os.str();
+}
+
+// ---- one call of any collective, by name ------------------------------------------------------
+
+/// One call of a collective on `count` floats per rank (the block or chunk size for gather,
+/// all-gather and reduce-scatter), with root `root` (-1 for the functions without one).
+using Call = std::function<void(std::size_t count, int root)>;
+
+inline Call call_of(const std::string& fn) {
+  using namespace collectives;
+  static const std::map<std::string, Call> calls = {
+      {"broadcast_naive",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         broadcast_naive(b, r);
+       }},
+      {"broadcast_tree",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         broadcast_tree(b, r);
+       }},
+      {"broadcast_ring",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         broadcast_ring(b, r);
+       }},
+      {"reduce_naive",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         reduce_naive(b, r, ReduceOp::Sum);
+       }},
+      {"reduce_tree",
+       [](std::size_t n, int r) {
+         std::vector<float> b(n, 1.0f);
+         reduce_tree(b, r, ReduceOp::Sum);
+       }},
+      {"all_reduce_naive",
+       [](std::size_t n, int) {
+         std::vector<float> b(n, 1.0f);
+         all_reduce_naive(b, ReduceOp::Sum);
+       }},
+      {"all_reduce_butterfly",
+       [](std::size_t n, int) {
+         std::vector<float> b(n, 1.0f);
+         all_reduce_butterfly(b, ReduceOp::Sum);
+       }},
+      {"all_reduce_ring",
+       [](std::size_t n, int) {
+         std::vector<float> b(n, 1.0f);
+         all_reduce_ring(b, ReduceOp::Sum);
+       }},
+      {"gather_naive",
+       [](std::size_t n, int r) {
+         std::vector<float> in(n, 1.0f), out(n * static_cast<std::size_t>(dist::world_size()));
+         gather_naive(in, out, r);
+       }},
+      {"gather_tree",
+       [](std::size_t n, int r) {
+         std::vector<float> in(n, 1.0f), out(n * static_cast<std::size_t>(dist::world_size()));
+         gather_tree(in, out, r);
+       }},
+      {"all_gather_ring",
+       [](std::size_t n, int) {
+         std::vector<float> in(n, 1.0f), out(n * static_cast<std::size_t>(dist::world_size()));
+         all_gather_ring(in, out);
+       }},
+      {"reduce_scatter_ring",
+       [](std::size_t n, int) {
+         std::vector<float> in(n * static_cast<std::size_t>(dist::world_size()), 1.0f), out(n);
+         reduce_scatter_ring(in, out, ReduceOp::Sum);
+       }},
+  };
+  return calls.at(fn);
 }
 
 }  // namespace ctest

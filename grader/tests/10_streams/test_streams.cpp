@@ -371,6 +371,10 @@ TEST(Analyze, HostSynchronizeAndQueryOrder) {
   expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), host_op(OpKind::SyncStream, 1),
                                kernel("consume", 0, 1, {0}, {})}),
                   {2, 2, 3}, -1, -1, -1);
+  // the host synchronizes an event that covers the producer: ordered through the host as well
+  expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1),
+                               host_op(OpKind::SyncEvent, 0), kernel("consume", 0, 1, {0}, {})}),
+                  {2, 2, 2, 3}, -1, -1, -1);
   // a query that returned true orders; one that returned false does not
   expect_analysis(two_streams({kernel("produce", 1, 2, {}, {0}), record(0, 1),
                                host_op(OpKind::Query, 0), host_op(OpKind::HostWork, 0, 1.5),

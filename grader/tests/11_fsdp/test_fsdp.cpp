@@ -220,6 +220,19 @@ TEST(Order, EachUnitIsReleasedBeforeTheNextComputes) {
     if (e.kind == LogEntry::Release && e.unit == computing) computing = -1;
   }
   EXPECT_EQ(computing, -1);
+  // In forward (reshard after forward) a unit's launch is the last use of its full weights: the
+  // release comes next, before the gathers of the next unit's window.
+  for (int k : {1, 2}) {
+    const TrainConfig ck = config_of(k, true);
+    const std::vector<LogEntry> fwd = run(ck, 2, 2)[0].log;  // forward's entries: unit by unit
+    for (std::size_t i = 0; i < fwd.size(); ++i) {
+      if (fwd[i].kind != LogEntry::Forward) continue;
+      ASSERT_TRUE(i + 1 < fwd.size() && fwd[i + 1].kind == LogEntry::Release &&
+                  fwd[i + 1].unit == fwd[i].unit)
+          << "prefetch " << k << ": unit " << fwd[i].unit << "'s full weights must be released "
+          << "as soon as its forward is enqueued, before anything else (the next gathers)";
+    }
+  }
 }
 
 // ---- simulated time ----------------------------------------------------------------------------
