@@ -13,6 +13,12 @@
 // Each rank keeps only its shard of the weights, the gradients and Adam's two moments (4 c floats
 // per unit, Shards); a unit's full weights exist on a rank only between the all-gather that
 // builds them and the release that gives them back (UnitBuffers).
+//
+// bf16 communication (FsdpConfig::bf16_comm) moves bfloat16 (dist::bf16, dist.hpp: 2 bytes, 8
+// significant bits) on the wire and in the full buffers, and keeps the shards and Adam in fp32:
+//
+//   w shard (fp32) --to bf16--> w16 shard --all-gather--> full weights (bf16) --> kernels (fp32 math)
+//   g shard (fp32) <--to fp32-- g16 shard <--reduce-scatter (mean)-- full gradient (bf16) <-- backward
 #pragma once
 
 #include <cstddef>
@@ -27,6 +33,7 @@
 
 namespace fsdp {
 
+using dist::bf16;
 using dist::device::DeviceBuffer;
 using dist::device::Event;
 using dist::device::Stream;
@@ -63,9 +70,18 @@ struct AdamConfig {
 /// One rank's shards of every unit, in device memory (sizes padded(n_u, dp) / dp each).
 struct Shards {
   std::vector<DeviceBuffer<float>> w, g, m, v;  // indexed by unit
-  /// Bytes they hold (4 shards per unit).
+  /// With bf16 communication only (empty otherwise): each unit's weight shard and mean-gradient
+  /// shard in bf16, what its gathers send and its reduce-scatter receives (2 bytes an element).
+  std::vector<DeviceBuffer<bf16>> w16, g16;
+  /// Bytes they hold (4 fp32 shards per unit, and 2 bf16 shards with bf16 communication).
   std::int64_t bytes() const;
 };
+
+/// Conversion kernels on `s` ("to bf16 ..." and "to fp32 ..."), modelled as free (a real device
+/// fuses them into the collective's copy): out[i] = bf16(in[i]), rounded to the nearest bf16
+/// (dist.hpp), and out[i] = float(in[i]), exact. Sizes must match (else dist::Error).
+void launch_convert(const DeviceBuffer<float>& in, DeviceBuffer<bf16>& out, Stream& s);
+void launch_convert(const DeviceBuffer<bf16>& in, DeviceBuffer<float>& out, Stream& s);
 
 /// One entry of the order log: what the host did, in program order.
 struct LogEntry {
@@ -76,7 +92,9 @@ struct LogEntry {
 /// The full (gathered) buffers of the units, and the kit's memory meter. A unit's full weights
 /// (acquire_weights) and full gradient (acquire_gradient) are device buffers of padded(n_u, dp)
 /// zeroed floats that exist from acquire to release; the meter counts the bytes they hold, plus
-/// the shards, and keeps the high-water mark.
+/// the shards, and keeps the high-water mark. The _bf16 forms hold padded(n_u, dp) bf16 elements
+/// instead (2 bytes each in the meter); a unit holds its full weights in one type at a time, and
+/// release_weights / release_gradient free whichever it holds.
 class UnitBuffers {
  public:
   UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t shard_bytes);
@@ -94,6 +112,13 @@ class UnitBuffers {
   DeviceBuffer<float>& acquire_gradient(int u);
   DeviceBuffer<float>& gradient(int u);
   void release_gradient(int u);
+
+  /// The same in bf16 (bf16 communication): acquire_weights_bf16 logs a Gather like
+  /// acquire_weights; weights_bf16 / gradient_bf16 throw dist::Error unless held in bf16.
+  DeviceBuffer<bf16>& acquire_weights_bf16(int u);
+  DeviceBuffer<bf16>& weights_bf16(int u);
+  DeviceBuffer<bf16>& acquire_gradient_bf16(int u);
+  DeviceBuffer<bf16>& gradient_bf16(int u);
 
   /// Bytes held now (shards + full buffers) and the most held at any moment since reset_peak().
   std::int64_t live_bytes() const;
@@ -113,7 +138,8 @@ class UnitBuffers {
   std::vector<std::size_t> padded_;
   std::int64_t shard_bytes_;
   std::vector<DeviceBuffer<float>> weights_, gradients_;
-  std::vector<bool> has_weights_, has_gradient_;
+  std::vector<DeviceBuffer<bf16>> weights16_, gradients16_;
+  std::vector<bool> has_weights_, has_gradient_, weights_are_bf16_, gradient_is_bf16_;
   std::int64_t weight_bytes_ = 0, gradient_bytes_ = 0;
   std::int64_t peak_ = 0, peak_weights_ = 0, peak_gradients_ = 0;
   std::vector<LogEntry> log_;
@@ -149,6 +175,12 @@ class Model {
   /// for u = L-1 down to 0. Logs a Backward of u.
   void launch_backward(int u, const DeviceBuffer<float>& weights, DeviceBuffer<float>& gradient,
                        Stream& s, UnitBuffers& log);
+  /// The bf16 forms (bf16 communication): the kernel reads the bf16 weights as floats (exact) and
+  /// computes in fp32 as above; backward rounds each element of the unit's gradient to bf16 once,
+  /// as it writes it. Same names, durations and log entries.
+  void launch_forward(int u, const DeviceBuffer<bf16>& weights, Stream& s, UnitBuffers& log);
+  void launch_backward(int u, const DeviceBuffer<bf16>& weights, DeviceBuffer<bf16>& gradient,
+                       Stream& s, UnitBuffers& log);
   /// Adam on unit u's shards: a kernel "adam u" on `s` that reads g[u] and writes w[u], m[u],
   /// v[u], calling your adam_update (fsdp.hpp) with step number t.
   void launch_adam(int u, Shards& shards, std::int64_t t, const AdamConfig& config, Stream& s);
@@ -167,6 +199,8 @@ class Model {
   std::vector<Matrix> z_, h_, dh_, dz_;
   Matrix probs_, dlogits_;
   Matrix w_, dw_;  // one unit's weights and gradient as a matrix (scratch, reused)
+  void forward_body(int u, const float* w);
+  void backward_body(int u, const float* w, float* dw);
 };
 
 }  // namespace fsdp
