@@ -28,9 +28,6 @@ std::int64_t Shards::bytes() const {
   for (const auto* set : {&w, &g, &m, &v}) {
     for (const auto& buf : *set) b += static_cast<std::int64_t>(buf.bytes());
   }
-  for (const auto* set : {&w16, &g16}) {
-    for (const auto& buf : *set) b += static_cast<std::int64_t>(buf.bytes());
-  }
   return b;
 }
 
@@ -63,8 +60,9 @@ void launch_convert(const DeviceBuffer<bf16>& in, DeviceBuffer<float>& out, Stre
 
 // ---- the full buffers and the meter -----------------------------------------------------------
 
-UnitBuffers::UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t shard_bytes)
-    : padded_(std::move(padded_sizes)), shard_bytes_(shard_bytes) {
+UnitBuffers::UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t shard_bytes, int dp)
+    : padded_(std::move(padded_sizes)), shard_bytes_(shard_bytes), dp_(dp) {
+  if (dp_ < 1) throw dist::Error("UnitBuffers: dp must be at least 1");
   weights_.reserve(padded_.size());
   gradients_.reserve(padded_.size());
   for (std::size_t u = 0; u < padded_.size(); ++u) {
@@ -72,12 +70,18 @@ UnitBuffers::UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t sha
     gradients_.emplace_back("full gradient " + std::to_string(u), 0);
     weights16_.emplace_back("full weights " + std::to_string(u), 0);
     gradients16_.emplace_back("full gradient " + std::to_string(u), 0);
+    weight_shards16_.emplace_back("bf16 weight shard " + std::to_string(u), 0);
+    gradient_shards16_.emplace_back("bf16 gradient shard " + std::to_string(u), 0);
   }
   has_weights_.assign(padded_.size(), false);
   has_gradient_.assign(padded_.size(), false);
   weights_are_bf16_.assign(padded_.size(), false);
   gradient_is_bf16_.assign(padded_.size(), false);
   reset_peak();
+}
+
+std::size_t UnitBuffers::shard_of(std::size_t padded) const {
+  return padded / static_cast<std::size_t>(dp_);
 }
 
 std::size_t UnitBuffers::padded_size(int u) const {
@@ -130,9 +134,10 @@ DeviceBuffer<bf16>& UnitBuffers::acquire_weights_bf16(int u) {
                       "'s full weights are held already: release them before gathering again");
   }
   weights16_[i] = DeviceBuffer<bf16>("full weights " + std::to_string(u), n);
+  weight_shards16_[i] = DeviceBuffer<bf16>("bf16 weight shard " + std::to_string(u), shard_of(n));
   has_weights_[i] = true;
   weights_are_bf16_[i] = true;
-  weight_bytes_ += static_cast<std::int64_t>(weights16_[i].bytes());
+  weight_bytes_ += static_cast<std::int64_t>(weights16_[i].bytes() + weight_shards16_[i].bytes());
   log_.push_back({LogEntry::Gather, u});
   update_peak();
   return weights16_[i];
@@ -167,6 +172,11 @@ DeviceBuffer<bf16>& UnitBuffers::weights_bf16(int u) {
   return weights16_[static_cast<std::size_t>(u)];
 }
 
+DeviceBuffer<bf16>& UnitBuffers::weight_shard_bf16(int u) {
+  (void)weights_bf16(u);  // held in bf16, else the error
+  return weight_shards16_[static_cast<std::size_t>(u)];
+}
+
 void UnitBuffers::release_weights(int u) {
   if (!holds_weights(u)) {
     throw dist::Error("UnitBuffers::release_weights: unit " + std::to_string(u) +
@@ -174,8 +184,9 @@ void UnitBuffers::release_weights(int u) {
   }
   const auto i = static_cast<std::size_t>(u);
   if (weights_are_bf16_[i]) {
-    weight_bytes_ -= static_cast<std::int64_t>(weights16_[i].bytes());
+    weight_bytes_ -= static_cast<std::int64_t>(weights16_[i].bytes() + weight_shards16_[i].bytes());
     weights16_[i] = DeviceBuffer<bf16>("full weights " + std::to_string(u), 0);
+    weight_shards16_[i] = DeviceBuffer<bf16>("bf16 weight shard " + std::to_string(u), 0);
   } else {
     weight_bytes_ -= static_cast<std::int64_t>(weights_[i].bytes());
     weights_[i] = DeviceBuffer<float>("full weights " + std::to_string(u), 0);
@@ -208,9 +219,12 @@ DeviceBuffer<bf16>& UnitBuffers::acquire_gradient_bf16(int u) {
                       "'s full gradient is held already: release it first");
   }
   gradients16_[i] = DeviceBuffer<bf16>("full gradient " + std::to_string(u), n);
+  gradient_shards16_[i] =
+      DeviceBuffer<bf16>("bf16 gradient shard " + std::to_string(u), shard_of(n));
   has_gradient_[i] = true;
   gradient_is_bf16_[i] = true;
-  gradient_bytes_ += static_cast<std::int64_t>(gradients16_[i].bytes());
+  gradient_bytes_ +=
+      static_cast<std::int64_t>(gradients16_[i].bytes() + gradient_shards16_[i].bytes());
   update_peak();
   return gradients16_[i];
 }
@@ -243,6 +257,11 @@ DeviceBuffer<bf16>& UnitBuffers::gradient_bf16(int u) {
   return gradients16_[i];
 }
 
+DeviceBuffer<bf16>& UnitBuffers::gradient_shard_bf16(int u) {
+  (void)gradient_bf16(u);  // held in bf16, else the error
+  return gradient_shards16_[static_cast<std::size_t>(u)];
+}
+
 void UnitBuffers::release_gradient(int u) {
   (void)padded_size(u);
   const auto i = static_cast<std::size_t>(u);
@@ -251,8 +270,10 @@ void UnitBuffers::release_gradient(int u) {
                       "'s full gradient is not held");
   }
   if (gradient_is_bf16_[i]) {
-    gradient_bytes_ -= static_cast<std::int64_t>(gradients16_[i].bytes());
+    gradient_bytes_ -=
+        static_cast<std::int64_t>(gradients16_[i].bytes() + gradient_shards16_[i].bytes());
     gradients16_[i] = DeviceBuffer<bf16>("full gradient " + std::to_string(u), 0);
+    gradient_shards16_[i] = DeviceBuffer<bf16>("bf16 gradient shard " + std::to_string(u), 0);
   } else {
     gradient_bytes_ -= static_cast<std::int64_t>(gradients_[i].bytes());
     gradients_[i] = DeviceBuffer<float>("full gradient " + std::to_string(u), 0);

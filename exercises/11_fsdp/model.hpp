@@ -17,8 +17,10 @@
 // bf16 communication (FsdpConfig::bf16_comm) moves bfloat16 (dist::bf16, dist.hpp: 2 bytes, 8
 // significant bits) on the wire and in the full buffers, and keeps the shards and Adam in fp32:
 //
-//   w shard (fp32) --to bf16--> w16 shard --all-gather--> full weights (bf16) --> kernels (fp32 math)
-//   g shard (fp32) <--to fp32-- g16 shard <--reduce-scatter (mean)-- full gradient (bf16) <-- backward
+//   w shard (fp32) --to bf16--> its bf16 copy --all-gather--> full weights (bf16) --> kernels (fp32)
+//   g shard (fp32) <--to fp32-- bf16 mean shard <--reduce-scatter (mean)-- full gradient (bf16) <-- backward
+//
+// The bf16 copies of a unit's shards exist only with the unit's bf16 full buffers (UnitBuffers).
 #pragma once
 
 #include <cstddef>
@@ -70,10 +72,7 @@ struct AdamConfig {
 /// One rank's shards of every unit, in device memory (sizes padded(n_u, dp) / dp each).
 struct Shards {
   std::vector<DeviceBuffer<float>> w, g, m, v;  // indexed by unit
-  /// With bf16 communication only (empty otherwise): each unit's weight shard and mean-gradient
-  /// shard in bf16, what its gathers send and its reduce-scatter receives (2 bytes an element).
-  std::vector<DeviceBuffer<bf16>> w16, g16;
-  /// Bytes they hold (4 fp32 shards per unit, and 2 bf16 shards with bf16 communication).
+  /// Bytes they hold (4 shards per unit).
   std::int64_t bytes() const;
 };
 
@@ -93,11 +92,14 @@ struct LogEntry {
 /// (acquire_weights) and full gradient (acquire_gradient) are device buffers of padded(n_u, dp)
 /// zeroed floats that exist from acquire to release; the meter counts the bytes they hold, plus
 /// the shards, and keeps the high-water mark. The _bf16 forms hold padded(n_u, dp) bf16 elements
-/// instead (2 bytes each in the meter); a unit holds its full weights in one type at a time, and
-/// release_weights / release_gradient free whichever it holds.
+/// instead, plus a bf16 buffer of one shard's size (c_u elements) that lives as long as they do:
+/// the shard's bf16 copy a gather sends (weight_shard_bf16) or the mean a reduce-scatter receives
+/// (gradient_shard_bf16). 2 bytes an element in the meter. A unit holds its full weights in one
+/// type at a time, and release_weights / release_gradient free whichever it holds.
 class UnitBuffers {
  public:
-  UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t shard_bytes);
+  /// padded_sizes: padded(n_u, dp) of every unit; shard_bytes: what the rank's Shards hold.
+  UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t shard_bytes, int dp);
 
   /// Allocates unit u's full weights (zeroed) and logs a Gather of u. dist::Error when u's weights
   /// are held already (release them first).
@@ -114,11 +116,13 @@ class UnitBuffers {
   void release_gradient(int u);
 
   /// The same in bf16 (bf16 communication): acquire_weights_bf16 logs a Gather like
-  /// acquire_weights; weights_bf16 / gradient_bf16 throw dist::Error unless held in bf16.
+  /// acquire_weights; the others throw dist::Error unless the unit's buffers are held in bf16.
   DeviceBuffer<bf16>& acquire_weights_bf16(int u);
   DeviceBuffer<bf16>& weights_bf16(int u);
+  DeviceBuffer<bf16>& weight_shard_bf16(int u);  // c_u elements, held with weights_bf16(u)
   DeviceBuffer<bf16>& acquire_gradient_bf16(int u);
   DeviceBuffer<bf16>& gradient_bf16(int u);
+  DeviceBuffer<bf16>& gradient_shard_bf16(int u);  // c_u elements, held with gradient_bf16(u)
 
   /// Bytes held now (shards + full buffers) and the most held at any moment since reset_peak().
   std::int64_t live_bytes() const;
@@ -135,10 +139,12 @@ class UnitBuffers {
 
  private:
   void update_peak();
+  std::size_t shard_of(std::size_t padded) const;
   std::vector<std::size_t> padded_;
   std::int64_t shard_bytes_;
+  int dp_;
   std::vector<DeviceBuffer<float>> weights_, gradients_;
-  std::vector<DeviceBuffer<bf16>> weights16_, gradients16_;
+  std::vector<DeviceBuffer<bf16>> weights16_, gradients16_, weight_shards16_, gradient_shards16_;
   std::vector<bool> has_weights_, has_gradient_, weights_are_bf16_, gradient_is_bf16_;
   std::int64_t weight_bytes_ = 0, gradient_bytes_ = 0;
   std::int64_t peak_ = 0, peak_weights_ = 0, peak_gradients_ = 0;

@@ -33,16 +33,15 @@ std::vector<std::size_t> padded_sizes(const mlp::Config& c, int p) {
   return out;
 }
 
-std::int64_t shard_bytes_of(const mlp::Config& c, int p, bool bf16_comm) {
+std::int64_t shard_bytes_of(const mlp::Config& c, int p) {
   std::int64_t b = 0;
   for (std::size_t n : padded_sizes(c, p)) {
     b += 4 * static_cast<std::int64_t>(n / static_cast<std::size_t>(p) * sizeof(float));
-    if (bf16_comm) b += 2 * static_cast<std::int64_t>(n / static_cast<std::size_t>(p) * 2);
   }
   return b;
 }
 
-Shards make_shards(const mlp::Config& c, int p, int rank, bool bf16_comm, Stream& s) {
+Shards make_shards(const mlp::Config& c, int p, int rank, Stream& s) {
   const mlp::MLP full(c, c.seed + 2);
   const std::vector<const mlp::Parameter*> w = full.parameters();
   Shards out;
@@ -58,10 +57,6 @@ Shards make_shards(const mlp::Config& c, int p, int rank, bool bf16_comm, Stream
     out.g.emplace_back("g shard " + name, cu);
     out.m.emplace_back("m shard " + name, cu);
     out.v.emplace_back("v shard " + name, cu);
-    if (bf16_comm) {
-      out.w16.emplace_back("w16 shard " + name, cu);
-      out.g16.emplace_back("g16 shard " + name, cu);
-    }
     dist::device::memcpy_async(out.w.back(), std::span<const float>(host), s);
   }
   s.synchronize();
@@ -76,10 +71,9 @@ Trainer::Trainer(const TrainConfig& config, const datasets::Split& data)
       compute_("compute"),
       comm_("comm"),
       shards_((config_.validate(dist::world_size()),
-               make_shards(config.model, dist::world_size(), dist::rank(), config.fsdp.bf16_comm,
-                           compute_))),
+               make_shards(config.model, dist::world_size(), dist::rank(), compute_))),
       buffers_(padded_sizes(config.model, dist::world_size()),
-               shard_bytes_of(config.model, dist::world_size(), config.fsdp.bf16_comm)),
+               shard_bytes_of(config.model, dist::world_size()), dist::world_size()),
       fsdp_(model_, shards_, buffers_, compute_, comm_, config.fsdp) {}
 
 float Trainer::step(std::int64_t t) {
@@ -174,7 +168,7 @@ std::vector<std::vector<float>> reference_weights_bf16(const TrainConfig& config
     Model model(c, p, 0.0, 0.0);
     Stream s("reference");
     std::vector<std::size_t> sizes = padded_sizes(c, p);
-    UnitBuffers log(sizes, 0);
+    UnitBuffers log(sizes, 0, p);
     datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
     Matrix x, xs;
     Labels y, ys;
@@ -330,13 +324,14 @@ std::int64_t memory_formula(const TrainConfig& config, int p) {
   const mlp::Config& c = config.model;
   const int L = c.n_layers, k = config.fsdp.prefetch;
   const auto e = static_cast<std::int64_t>(element_bytes(config));
+  // A full unit, and with bf16 the shard-sized bf16 buffer held with it.
   auto full = [&](int u) {
-    return e * static_cast<std::int64_t>(p) * static_cast<std::int64_t>(shard_floats(c, u, p));
+    return e * (static_cast<std::int64_t>(p) + (config.fsdp.bf16_comm ? 1 : 0)) *
+           static_cast<std::int64_t>(shard_floats(c, u, p));
   };
   std::int64_t shards = 0, all = 0;
   for (int u = 0; u < L; ++u) {
     shards += 4 * static_cast<std::int64_t>(sizeof(float) * shard_floats(c, u, p));
-    if (config.fsdp.bf16_comm) shards += 2 * 2 * static_cast<std::int64_t>(shard_floats(c, u, p));
     all += full(u);
   }
   std::int64_t most = 0;

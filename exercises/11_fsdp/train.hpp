@@ -104,8 +104,8 @@ std::uint64_t collectives_formula(const TrainConfig& config, int p);
 /// The meter's high-water mark (bytes) under the contract: shards 16 sum_u c_u, plus the most
 /// full buffers held at once: with reshard_after_forward, the largest over backward positions of
 /// the window's weights (that position and the next `prefetch`) plus that unit's gradient; without,
-/// every unit's weights plus the last unit's gradient. A full unit is e p c_u bytes; bf16_comm
-/// adds the bf16 shards w16 and g16 (4 c_u bytes per unit) to the shards.
+/// every unit's weights plus the last unit's gradient. A full unit is 4 p c_u bytes; with
+/// bf16_comm 2 (p + 1) c_u (the bf16 full buffer and the shard-sized bf16 buffer held with it).
 std::int64_t memory_formula(const TrainConfig& config, int p);
 
 /// The program's table: one row per FSDP setting, the maximum over ranks of each figure, with the

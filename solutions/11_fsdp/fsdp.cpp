@@ -82,10 +82,9 @@ namespace {
 void gather(int u, int after, Shards& shards, UnitBuffers& buffers, Stream& comm, Fsdp::State& st) {
   if (after >= 0) comm.wait_event(st.computed[static_cast<std::size_t>(after)]);
   if (st.bf16_comm) {
-    launch_convert(shards.w[static_cast<std::size_t>(u)], shards.w16[static_cast<std::size_t>(u)],
-                   comm);
     DeviceBuffer<bf16>& full = buffers.acquire_weights_bf16(u);
-    dist::device::all_gather(shards.w16[static_cast<std::size_t>(u)], full, comm);
+    launch_convert(shards.w[static_cast<std::size_t>(u)], buffers.weight_shard_bf16(u), comm);
+    dist::device::all_gather(buffers.weight_shard_bf16(u), full, comm);
     st.gathered[static_cast<std::size_t>(u)].record(comm);
     return;
   }
@@ -134,8 +133,9 @@ void Fsdp::backward() {
       state_->computed[uu].record(compute_);
       buffers_.release_weights(u);
       comm_.wait_event(state_->computed[uu]);
-      dist::device::reduce_scatter(grad, shards_.g16[uu], comm_, dist::ReduceOp::Avg);
-      launch_convert(shards_.g16[uu], shards_.g[uu], comm_);
+      dist::device::reduce_scatter(grad, buffers_.gradient_shard_bf16(u), comm_,
+                                   dist::ReduceOp::Avg);
+      launch_convert(buffers_.gradient_shard_bf16(u), shards_.g[uu], comm_);
       state_->reduced[uu].record(comm_);
       buffers_.release_gradient(u);
       continue;

@@ -89,13 +89,13 @@ struct FsdpConfig {
 ///   * Traffic per unit and step: the gathers (one per pass that gathers it) and one
 ///     reduce-scatter, each (dp - 1) / dp of the unit's padded bytes; nothing else.
 ///   * bf16_comm: the same passes, window, events and order, in bf16. Values are rounded to bf16
-///     at exactly these points and nowhere else: each weight once before its gather (the shard's
-///     bf16 copy, Shards::w16, made on comm after the kernel the gather waits for); each element
-///     of a rank's full gradient once, by the bf16 backward kernel; the reduce-scatter's mean as
-///     dist's bf16 reductions round (dist.hpp: each step in fp32, rounded to bf16); its result,
-///     Shards::g16, returns to the fp32 gradient shard exactly, on comm before the unit's Adam
-///     may start. The kernels compute in fp32 from the bf16 weights; Adam is fp32 throughout.
-///     Traffic: 2 bytes an element instead of 4, so exactly half of fp32's bytes.
+///     at exactly these points and nowhere else: each weight once, from this step's fp32 shard,
+///     into the bf16 buffer its gather sends (UnitBuffers::weight_shard_bf16); each element of a
+///     rank's full gradient once, by the bf16 backward kernel; the reduce-scatter's mean as dist's
+///     bf16 reductions round (dist.hpp: each step in fp32, rounded to bf16). The mean
+///     (UnitBuffers::gradient_shard_bf16) returns to the fp32 gradient shard exactly before the
+///     unit's Adam starts. The kernels compute in fp32 from the bf16 weights; Adam is fp32
+///     throughout. Traffic: 2 bytes an element instead of 4, so exactly half of fp32's bytes.
 class Fsdp {
  public:
   Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, Stream& comm,

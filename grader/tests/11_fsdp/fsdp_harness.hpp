@@ -142,17 +142,17 @@ inline std::uint64_t expected_bytes(const TrainConfig& c, int p) {
 }
 
 /// The meter's high-water mark: the shards (4 per unit) plus the most full buffers the contract
-/// holds at once (README: Memory). bf16: full buffers of 2 bytes an element, and the bf16 shards
-/// w16 and g16 (4 c_u bytes per unit) with the shards.
+/// holds at once (README: Memory). bf16: a full buffer is 2 (p + 1) c_u bytes (2 bytes an element,
+/// with a shard-sized bf16 buffer held as long as it is).
 inline std::int64_t expected_peak(const TrainConfig& c, int p) {
   const int L = c.model.n_layers, k = c.fsdp.prefetch;
   auto full = [&](int u) {
-    return static_cast<std::int64_t>(elem(c) * static_cast<std::size_t>(p) *
-                                     shard_of(c.model, u, p));
+    const std::size_t pieces = static_cast<std::size_t>(p) + (c.fsdp.bf16_comm ? 1 : 0);
+    return static_cast<std::int64_t>(elem(c) * pieces * shard_of(c.model, u, p));
   };
   std::int64_t shards = 0, every = 0;
   for (int u = 0; u < L; ++u) {
-    shards += static_cast<std::int64_t>((c.fsdp.bf16_comm ? 20 : 16) * shard_of(c.model, u, p));
+    shards += static_cast<std::int64_t>(16 * shard_of(c.model, u, p));
     every += full(u);
   }
   std::int64_t most = 0;

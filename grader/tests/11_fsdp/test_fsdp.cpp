@@ -317,7 +317,7 @@ TEST(Bf16, BytesAreHalfOfFp32) {
 }
 
 // The meter counts the bf16 buffers at 2 bytes an element: the full buffers of the window and the
-// bf16 shards w16 and g16 beside the fp32 shards.
+// shard-sized bf16 buffer each holds with it.
 TEST(Bf16, PeakIsTheShardsPlusTheWindowAtTwoBytes) {
   for (auto [k, reshard, p] :
        {std::tuple{0, true, 4}, std::tuple{1, true, 3}, std::tuple{0, false, 2}}) {
