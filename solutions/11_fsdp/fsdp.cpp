@@ -97,7 +97,7 @@ void gather(int u, int after, Shards& shards, UnitBuffers& buffers, Stream& comm
 
 void Fsdp::forward() {
   // BEGIN SOLUTION: every unit's forward on compute, its weights gathered on comm before (within
-  //   the prefetch window) and released after (header: the contract of Fsdp)
+  //   the prefetch window; bf16 with bf16_comm) and released after (header: the contract of Fsdp)
   const int units = model_.num_units();
   int issued = 0;  // units 0 .. issued-1 have been gathered in this pass
   for (int u = 0; u < units; ++u) {
@@ -115,8 +115,8 @@ void Fsdp::forward() {
 }
 
 void Fsdp::backward() {
-  // BEGIN SOLUTION: every unit's backward on compute, last unit first, each full gradient
-  //   reduce-scattered on comm into the unit's gradient shard (header: the contract of Fsdp)
+  // BEGIN SOLUTION: every unit's backward on compute, last unit first, each full gradient (bf16
+  //   with bf16_comm) reduce-scattered on comm into the unit's fp32 gradient shard (header: Fsdp)
   const int units = model_.num_units();
   int issued = 0;  // positions 0 .. issued-1 of the backward order have been gathered
   for (int q = 0; q < units; ++q) {
