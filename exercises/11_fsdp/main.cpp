@@ -6,9 +6,10 @@
 //   ./distlab bench fsdp --plot fsdp.png        (--sweep: memory against dp, time against window)
 //
 // Prints rank 0's training log (05's lines), then the table: for each setting (prefetch window,
-// reshard after forward or keep, fp32 or bf16 communication), the simulated step time, the bytes a rank sends and the meter's
-// high-water mark per rank split into shards (w, g, m, v), full weights and full gradients, each
-// measured and beside it the formula of docs/11_fsdp.md (the largest figure over the ranks).
+// reshard after forward or keep, fp32 or bf16 communication), the simulated step time, the bytes
+// a rank sends and the meter's high-water mark per rank split into shards (w, g, m, v), full
+// weights and full gradients (bf16: with the shard-sized bf16 buffer each holds), each measured
+// and beside it the formula of docs/11_fsdp.md (the largest figure over the ranks).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>

@@ -17,8 +17,8 @@
 // bf16 communication (FsdpConfig::bf16_comm) moves bfloat16 (dist::bf16, dist.hpp: 2 bytes, 8
 // significant bits) on the wire and in the full buffers, and keeps the shards and Adam in fp32:
 //
-//   w shard (fp32) --to bf16--> its bf16 copy --all-gather--> full weights (bf16) --> kernels (fp32)
-//   g shard (fp32) <--to fp32-- bf16 mean shard <--reduce-scatter (mean)-- full gradient (bf16) <-- backward
+//   w shard fp32 --to bf16--> bf16 copy --all-gather--> full weights bf16 --> kernels (fp32 math)
+//   g shard fp32 <--exact---- bf16 mean <--reduce-scatter (mean)-- full gradient bf16 <-- backward
 //
 // The bf16 copies of a unit's shards exist only with the unit's bf16 full buffers (UnitBuffers).
 #pragma once
