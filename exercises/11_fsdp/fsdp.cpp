@@ -42,12 +42,13 @@ Fsdp::~Fsdp() = default;
 
 void Fsdp::forward() {
   DISTLAB_TODO("every unit's forward on compute, its weights gathered on comm before (within the "
-               "prefetch window) and released after (header: the contract of Fsdp)");
+               "prefetch window; bf16 with bf16_comm) and released after (header: the contract of "
+               "Fsdp)");
 }
 
 void Fsdp::backward() {
-  DISTLAB_TODO("every unit's backward on compute, last unit first, each full gradient "
-               "reduce-scattered on comm into the unit's gradient shard (header: the contract of "
+  DISTLAB_TODO("every unit's backward on compute, last unit first, each full gradient (bf16 with "
+               "bf16_comm) reduce-scattered on comm into the unit's fp32 gradient shard (header: "
                "Fsdp)");
 }
 

@@ -6,9 +6,10 @@
 //   ./distlab bench fsdp --plot fsdp.png        (--sweep: memory against dp, time against window)
 //
 // Prints rank 0's training log (05's lines), then the table: for each setting (prefetch window,
-// reshard after forward or keep), the simulated step time, the bytes a rank sends and the meter's
-// high-water mark per rank split into shards (w, g, m, v), full weights and full gradients, each
-// measured and beside it the formula of docs/11_fsdp.md (the largest figure over the ranks).
+// reshard after forward or keep, fp32 or bf16 communication), the simulated step time, the bytes
+// a rank sends and the meter's high-water mark per rank split into shards (w, g, m, v), full
+// weights and full gradients (bf16: with the shard-sized bf16 buffer each holds), each measured
+// and beside it the formula of docs/11_fsdp.md (the largest figure over the ranks).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -101,6 +102,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("!--keep", c.fsdp.reshard_after_forward,
                "keep the full weights from forward to backward (training run)");
+  app.add_flag(
+      "--bf16", c.fsdp.bf16_comm,
+      "communicate in bf16: gathers and reduce-scatters of 2-byte elements (training run)");
   app.add_option("--gflops", gflops, "modelled compute speed per rank (GFLOP/s)")
       ->check(CLI::PositiveNumber);
   app.add_option("--niters", c.model.niters, "training steps")->check(CLI::NonNegativeNumber);
@@ -140,9 +144,10 @@ int main(int argc, char** argv) {
     big.model.test_size = 64;
     if (sweep) return run_sweep(big, launch, csv);
     const datasets::Split data = mlp::make_data(c.model);
-    std::printf("%sdp = %d\nprefetch = %d\nreshard_after_forward = %s\n\n",
+    std::printf("%sdp = %d\nprefetch = %d\nreshard_after_forward = %s\nbf16_comm = %s\n\n",
                 mlp::describe(c.model).c_str(), launch.world_size, c.fsdp.prefetch,
-                c.fsdp.reshard_after_forward ? "true" : "false");
+                c.fsdp.reshard_after_forward ? "true" : "false",
+                c.fsdp.bf16_comm ? "true" : "false");
     std::fflush(stdout);
     const std::string trace = launch.trace_path;
     launch.trace_path.clear();

@@ -13,6 +13,14 @@
 // Each rank keeps only its shard of the weights, the gradients and Adam's two moments (4 c floats
 // per unit, Shards); a unit's full weights exist on a rank only between the all-gather that
 // builds them and the release that gives them back (UnitBuffers).
+//
+// bf16 communication (FsdpConfig::bf16_comm) moves bfloat16 (dist::bf16, dist.hpp: 2 bytes, 8
+// significant bits) on the wire and in the full buffers, and keeps the shards and Adam in fp32:
+//
+//   w shard fp32 --to bf16--> bf16 copy --all-gather--> full weights bf16 --> kernels (fp32 math)
+//   g shard fp32 <--exact---- bf16 mean <--reduce-scatter (mean)-- full gradient bf16 <-- backward
+//
+// The bf16 copies of a unit's shards exist only with the unit's bf16 full buffers (UnitBuffers).
 #pragma once
 
 #include <cstddef>
@@ -27,6 +35,7 @@
 
 namespace fsdp {
 
+using dist::bf16;
 using dist::device::DeviceBuffer;
 using dist::device::Event;
 using dist::device::Stream;
@@ -67,6 +76,12 @@ struct Shards {
   std::int64_t bytes() const;
 };
 
+/// Conversion kernels on `s` ("to bf16 ..." and "to fp32 ..."), modelled as free (a real device
+/// fuses them into the collective's copy): out[i] = bf16(in[i]), rounded to the nearest bf16
+/// (dist.hpp), and out[i] = float(in[i]), exact. Sizes must match (else dist::Error).
+void launch_convert(const DeviceBuffer<float>& in, DeviceBuffer<bf16>& out, Stream& s);
+void launch_convert(const DeviceBuffer<bf16>& in, DeviceBuffer<float>& out, Stream& s);
+
 /// One entry of the order log: what the host did, in program order.
 struct LogEntry {
   enum Kind { Gather, Forward, Backward, Release } kind;
@@ -76,10 +91,15 @@ struct LogEntry {
 /// The full (gathered) buffers of the units, and the kit's memory meter. A unit's full weights
 /// (acquire_weights) and full gradient (acquire_gradient) are device buffers of padded(n_u, dp)
 /// zeroed floats that exist from acquire to release; the meter counts the bytes they hold, plus
-/// the shards, and keeps the high-water mark.
+/// the shards, and keeps the high-water mark. The _bf16 forms hold padded(n_u, dp) bf16 elements
+/// instead, plus a bf16 buffer of one shard's size (c_u elements) that lives as long as they do:
+/// the shard's bf16 copy a gather sends (weight_shard_bf16) or the mean a reduce-scatter receives
+/// (gradient_shard_bf16). 2 bytes an element in the meter. A unit holds its full weights in one
+/// type at a time, and release_weights / release_gradient free whichever it holds.
 class UnitBuffers {
  public:
-  UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t shard_bytes);
+  /// padded_sizes: padded(n_u, dp) of every unit; shard_bytes: what the rank's Shards hold.
+  UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t shard_bytes, int dp);
 
   /// Allocates unit u's full weights (zeroed) and logs a Gather of u. dist::Error when u's weights
   /// are held already (release them first).
@@ -94,6 +114,15 @@ class UnitBuffers {
   DeviceBuffer<float>& acquire_gradient(int u);
   DeviceBuffer<float>& gradient(int u);
   void release_gradient(int u);
+
+  /// The same in bf16 (bf16 communication): acquire_weights_bf16 logs a Gather like
+  /// acquire_weights; the others throw dist::Error unless the unit's buffers are held in bf16.
+  DeviceBuffer<bf16>& acquire_weights_bf16(int u);
+  DeviceBuffer<bf16>& weights_bf16(int u);
+  DeviceBuffer<bf16>& weight_shard_bf16(int u);  // c_u elements, held with weights_bf16(u)
+  DeviceBuffer<bf16>& acquire_gradient_bf16(int u);
+  DeviceBuffer<bf16>& gradient_bf16(int u);
+  DeviceBuffer<bf16>& gradient_shard_bf16(int u);  // c_u elements, held with gradient_bf16(u)
 
   /// Bytes held now (shards + full buffers) and the most held at any moment since reset_peak().
   std::int64_t live_bytes() const;
@@ -110,10 +139,13 @@ class UnitBuffers {
 
  private:
   void update_peak();
+  std::size_t shard_of(std::size_t padded) const;
   std::vector<std::size_t> padded_;
   std::int64_t shard_bytes_;
+  int dp_;
   std::vector<DeviceBuffer<float>> weights_, gradients_;
-  std::vector<bool> has_weights_, has_gradient_;
+  std::vector<DeviceBuffer<bf16>> weights16_, gradients16_, weight_shards16_, gradient_shards16_;
+  std::vector<bool> has_weights_, has_gradient_, weights_are_bf16_, gradient_is_bf16_;
   std::int64_t weight_bytes_ = 0, gradient_bytes_ = 0;
   std::int64_t peak_ = 0, peak_weights_ = 0, peak_gradients_ = 0;
   std::vector<LogEntry> log_;
@@ -149,6 +181,12 @@ class Model {
   /// for u = L-1 down to 0. Logs a Backward of u.
   void launch_backward(int u, const DeviceBuffer<float>& weights, DeviceBuffer<float>& gradient,
                        Stream& s, UnitBuffers& log);
+  /// The bf16 forms (bf16 communication): the kernel reads the bf16 weights as floats (exact) and
+  /// computes in fp32 as above; backward rounds each element of the unit's gradient to bf16 once,
+  /// as it writes it. Same names, durations and log entries.
+  void launch_forward(int u, const DeviceBuffer<bf16>& weights, Stream& s, UnitBuffers& log);
+  void launch_backward(int u, const DeviceBuffer<bf16>& weights, DeviceBuffer<bf16>& gradient,
+                       Stream& s, UnitBuffers& log);
   /// Adam on unit u's shards: a kernel "adam u" on `s` that reads g[u] and writes w[u], m[u],
   /// v[u], calling your adam_update (fsdp.hpp) with step number t.
   void launch_adam(int u, Shards& shards, std::int64_t t, const AdamConfig& config, Stream& s);
@@ -167,6 +205,8 @@ class Model {
   std::vector<Matrix> z_, h_, dh_, dz_;
   Matrix probs_, dlogits_;
   Matrix w_, dw_;  // one unit's weights and gradient as a matrix (scratch, reused)
+  void forward_body(int u, const float* w);
+  void backward_body(int u, const float* w, float* dw);
 };
 
 }  // namespace fsdp

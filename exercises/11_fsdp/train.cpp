@@ -73,7 +73,7 @@ Trainer::Trainer(const TrainConfig& config, const datasets::Split& data)
       shards_((config_.validate(dist::world_size()),
                make_shards(config.model, dist::world_size(), dist::rank(), compute_))),
       buffers_(padded_sizes(config.model, dist::world_size()),
-               shard_bytes_of(config.model, dist::world_size())),
+               shard_bytes_of(config.model, dist::world_size()), dist::world_size()),
       fsdp_(model_, shards_, buffers_, compute_, comm_, config.fsdp) {}
 
 float Trainer::step(std::int64_t t) {
@@ -145,6 +145,84 @@ std::vector<std::vector<float>> reference_weights(const TrainConfig& config,
   return out;
 }
 
+std::vector<std::vector<float>> reference_weights_bf16(const TrainConfig& config,
+                                                       const datasets::Split& data, int steps,
+                                                       int p) {
+  const mlp::Config& c = config.model;
+  config.validate(p);
+  const int L = c.n_layers;
+  std::vector<std::vector<float>> w, m, v;
+  {
+    const mlp::MLP init(c, c.seed + 2);
+    for (const mlp::Parameter* param : init.parameters()) {
+      w.emplace_back(param->value.data(), param->value.data() + param->value.size());
+      m.emplace_back(w.back().size(), 0.0f);
+      v.emplace_back(w.back().size(), 0.0f);
+    }
+  }
+  // One simulated rank runs the trainer's own kernels (Model) for each rank's rows in turn.
+  dist::LaunchOptions o;
+  o.world_size = 1;
+  o.backend = dist::Backend::Threads;
+  dist::launch(o, [&] {
+    Model model(c, p, 0.0, 0.0);
+    Stream s("reference");
+    std::vector<std::size_t> sizes = padded_sizes(c, p);
+    UnitBuffers log(sizes, 0, p);
+    datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
+    Matrix x, xs;
+    Labels y, ys;
+    for (int t = 1; t <= steps; ++t) {
+      loader.load(t - 1, x, y);
+      std::vector<DeviceBuffer<bf16>> full, grad;
+      for (int u = 0; u < L; ++u) {
+        const auto iu = static_cast<std::size_t>(u);
+        std::vector<bf16> host(sizes[iu], bf16(0.0f));
+        for (std::size_t i = 0; i < w[iu].size(); ++i) host[i] = bf16(w[iu][i]);  // rounded once
+        full.emplace_back("reference weights " + std::to_string(u), sizes[iu]);
+        grad.emplace_back("reference gradient " + std::to_string(u), sizes[iu]);
+        dist::device::memcpy_async(full.back(), std::span<const bf16>(host), s);
+      }
+      // acc[u][i]: the reduce-scatter's fold over ranks 0 .. p-1 (dist.hpp: each step in fp32,
+      // rounded to bf16), then the mean rounded once more.
+      std::vector<std::vector<bf16>> acc(static_cast<std::size_t>(L));
+      for (int r = 0; r < p; ++r) {
+        const Range rows = rows_of(static_cast<std::size_t>(x.rows()), p, r);
+        xs = x.middleRows(static_cast<Eigen::Index>(rows.begin),
+                          static_cast<Eigen::Index>(rows.size()));
+        ys.assign(y.begin() + static_cast<std::ptrdiff_t>(rows.begin),
+                  y.begin() + static_cast<std::ptrdiff_t>(rows.end));
+        model.set_batch(xs, ys);
+        for (int u = 0; u < L; ++u)
+          model.launch_forward(u, full[static_cast<std::size_t>(u)], s, log);
+        (void)model.launch_loss(s);
+        for (int u = L - 1; u >= 0; --u) {
+          const auto iu = static_cast<std::size_t>(u);
+          model.launch_backward(u, full[iu], grad[iu], s, log);
+          std::vector<bf16> g(sizes[iu]);
+          dist::device::memcpy_async(std::span<bf16>(g), grad[iu], s);
+          s.synchronize();
+          if (r == 0) {
+            acc[iu] = g;
+          } else {
+            for (std::size_t i = 0; i < g.size(); ++i)
+              acc[iu][i] = bf16(static_cast<float>(acc[iu][i]) + static_cast<float>(g[i]));
+          }
+        }
+        log.log().clear();
+      }
+      for (int u = 0; u < L; ++u) {
+        const auto iu = static_cast<std::size_t>(u);
+        std::vector<float> g(w[iu].size());
+        for (std::size_t i = 0; i < g.size(); ++i)
+          g[i] = static_cast<float>(bf16(static_cast<float>(acc[iu][i]) / static_cast<float>(p)));
+        adam_update(w[iu], g, m[iu], v[iu], t, config.fsdp.adam);
+      }
+    }
+  });
+  return w;
+}
+
 StepMeasure measured_step(const TrainConfig& config, const datasets::Split& data) {
   Trainer trainer(config, data);
   trainer.step(0);  // warm-up
@@ -175,13 +253,14 @@ std::size_t shard_floats(const mlp::Config& model, int u, int p) {
   return padded(n, p) / static_cast<std::size_t>(p);
 }
 
-double gather_seconds(std::size_t c, int p, const dist::NetworkModel& net) {
-  return (p - 1) * net.message_cost(0, p > 1 ? 1 : 0, c * sizeof(float));
+std::size_t element_bytes(const TrainConfig& config) { return config.fsdp.bf16_comm ? 2 : 4; }
+
+double gather_seconds(std::size_t c, int p, const dist::NetworkModel& net, std::size_t e) {
+  return (p - 1) * net.message_cost(0, p > 1 ? 1 : 0, c * e);
 }
 
-double reduce_scatter_seconds(std::size_t c, int p, const dist::NetworkModel& net) {
-  return (p - 1) * (net.message_cost(0, p > 1 ? 1 : 0, c * sizeof(float)) +
-                    net.reduce_cost(c * sizeof(float)));
+double reduce_scatter_seconds(std::size_t c, int p, const dist::NetworkModel& net, std::size_t e) {
+  return (p - 1) * (net.message_cost(0, p > 1 ? 1 : 0, c * e) + net.reduce_cost(c * e));
 }
 
 double step_formula(const TrainConfig& config, int p, const dist::NetworkModel& net) {
@@ -198,7 +277,7 @@ double step_formula(const TrainConfig& config, int p, const dist::NetworkModel& 
   };
   // Every gather but forward's first k + 1 waits for the kernel launched before it was issued.
   auto gather = [&](int u, double after) {
-    return on_comm(after, gather_seconds(shard_floats(c, u, p), p, net));
+    return on_comm(after, gather_seconds(shard_floats(c, u, p), p, net, element_bytes(config)));
   };
   std::vector<double> gathered(static_cast<std::size_t>(L)), reduced(static_cast<std::size_t>(L));
   int issued = 0;
@@ -219,7 +298,7 @@ double step_formula(const TrainConfig& config, int p, const dist::NetworkModel& 
     }
     const double done = previous = on_compute(ready, model.backward_seconds(u, rows));
     reduced[static_cast<std::size_t>(u)] =
-        on_comm(done, reduce_scatter_seconds(shard_floats(c, u, p), p, net));
+        on_comm(done, reduce_scatter_seconds(shard_floats(c, u, p), p, net, element_bytes(config)));
   }
   for (int u = L - 1; u >= 0; --u)
     on_compute(reduced[static_cast<std::size_t>(u)], model.adam_seconds(u));
@@ -235,7 +314,8 @@ std::uint64_t bytes_formula(const TrainConfig& config, int p) {
   const std::uint64_t passes = config.fsdp.reshard_after_forward ? 2 : 1;
   std::uint64_t per_pass = 0;
   for (int u = 0; u < config.model.n_layers; ++u) {
-    per_pass += static_cast<std::uint64_t>(p - 1) * 4 * shard_floats(config.model, u, p);
+    per_pass += static_cast<std::uint64_t>(p - 1) * element_bytes(config) *
+                shard_floats(config.model, u, p);
   }
   return (passes + 1) * per_pass;
 }
@@ -243,8 +323,11 @@ std::uint64_t bytes_formula(const TrainConfig& config, int p) {
 std::int64_t memory_formula(const TrainConfig& config, int p) {
   const mlp::Config& c = config.model;
   const int L = c.n_layers, k = config.fsdp.prefetch;
+  const auto e = static_cast<std::int64_t>(element_bytes(config));
+  // A full unit, and with bf16 the shard-sized bf16 buffer held with it.
   auto full = [&](int u) {
-    return 4 * static_cast<std::int64_t>(p) * static_cast<std::int64_t>(shard_floats(c, u, p));
+    return e * (static_cast<std::int64_t>(p) + (config.fsdp.bf16_comm ? 1 : 0)) *
+           static_cast<std::int64_t>(shard_floats(c, u, p));
   };
   std::int64_t shards = 0, all = 0;
   for (int u = 0; u < L; ++u) {
@@ -277,10 +360,11 @@ std::vector<TableRow> comparison_table(const TrainConfig& config, const dist::La
                                        const datasets::Split& data) {
   const int p = launch.world_size;
   std::vector<TableRow> rows;
-  auto add = [&](const std::string& label, int prefetch, bool reshard) {
+  auto add = [&](const std::string& label, int prefetch, bool reshard, bool bf16_comm = false) {
     TableRow row{label, config, {}, 0, 0, 0};
     row.config.fsdp.prefetch = prefetch;
     row.config.fsdp.reshard_after_forward = reshard;
+    row.config.fsdp.bf16_comm = bf16_comm;
     row.config.validate(p);
     dist::LaunchOptions o = launch;
     o.trace_path.clear();
@@ -309,6 +393,8 @@ std::vector<TableRow> comparison_table(const TrainConfig& config, const dist::La
   add("FSDP prefetch 2", 2, true);
   add("FSDP keep", 0, false);
   add("FSDP keep pf 1", 1, false);
+  add("FSDP bf16", 0, true, true);
+  add("FSDP bf16 pf 1", 1, true, true);
   return rows;
 }
 

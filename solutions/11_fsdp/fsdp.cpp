@@ -48,6 +48,7 @@ struct Fsdp::State {
   std::vector<Event> gathered;  // recorded on comm after unit u's all-gather
   std::vector<Event> computed;  // recorded on compute after unit u's forward, then its backward
   std::vector<Event> reduced;   // recorded on comm after unit u's reduce-scatter
+  bool bf16_comm = false;       // FsdpConfig::bf16_comm, for the helpers
   // END SOLUTION
 };
 
@@ -68,6 +69,7 @@ Fsdp::Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, 
     state_->computed.emplace_back("computed " + std::to_string(u));
     state_->reduced.emplace_back("reduced " + std::to_string(u));
   }
+  state_->bf16_comm = config_.bf16_comm;
   // END SOLUTION
 }
 
@@ -75,9 +77,17 @@ Fsdp::~Fsdp() = default;
 
 // BEGIN SOLUTION DECL: helpers of your own, if you want them
 namespace {
-/// Acquires and all-gathers unit u's weights on comm, after unit `after`'s kernel (-1: none).
+/// Acquires and all-gathers unit u's weights on comm, after unit `after`'s kernel (-1: none); in
+/// bf16 from the shard's bf16 copy made on comm just before.
 void gather(int u, int after, Shards& shards, UnitBuffers& buffers, Stream& comm, Fsdp::State& st) {
   if (after >= 0) comm.wait_event(st.computed[static_cast<std::size_t>(after)]);
+  if (st.bf16_comm) {
+    DeviceBuffer<bf16>& full = buffers.acquire_weights_bf16(u);
+    launch_convert(shards.w[static_cast<std::size_t>(u)], buffers.weight_shard_bf16(u), comm);
+    dist::device::all_gather(buffers.weight_shard_bf16(u), full, comm);
+    st.gathered[static_cast<std::size_t>(u)].record(comm);
+    return;
+  }
   DeviceBuffer<float>& full = buffers.acquire_weights(u);
   dist::device::all_gather(shards.w[static_cast<std::size_t>(u)], full, comm);
   st.gathered[static_cast<std::size_t>(u)].record(comm);
@@ -87,14 +97,17 @@ void gather(int u, int after, Shards& shards, UnitBuffers& buffers, Stream& comm
 
 void Fsdp::forward() {
   // BEGIN SOLUTION: every unit's forward on compute, its weights gathered on comm before (within
-  //   the prefetch window) and released after (header: the contract of Fsdp)
+  //   the prefetch window; bf16 with bf16_comm) and released after (header: the contract of Fsdp)
   const int units = model_.num_units();
   int issued = 0;  // units 0 .. issued-1 have been gathered in this pass
   for (int u = 0; u < units; ++u) {
     for (; issued < units && issued <= u + config_.prefetch; ++issued)
       gather(issued, u - 1, shards_, buffers_, comm_, *state_);
     compute_.wait_event(state_->gathered[static_cast<std::size_t>(u)]);
-    model_.launch_forward(u, buffers_.weights(u), compute_, buffers_);
+    if (config_.bf16_comm)
+      model_.launch_forward(u, buffers_.weights_bf16(u), compute_, buffers_);
+    else
+      model_.launch_forward(u, buffers_.weights(u), compute_, buffers_);
     state_->computed[static_cast<std::size_t>(u)].record(compute_);
     if (config_.reshard_after_forward) buffers_.release_weights(u);
   }
@@ -102,8 +115,8 @@ void Fsdp::forward() {
 }
 
 void Fsdp::backward() {
-  // BEGIN SOLUTION: every unit's backward on compute, last unit first, each full gradient
-  //   reduce-scattered on comm into the unit's gradient shard (header: the contract of Fsdp)
+  // BEGIN SOLUTION: every unit's backward on compute, last unit first, each full gradient (bf16
+  //   with bf16_comm) reduce-scattered on comm into the unit's fp32 gradient shard (header: Fsdp)
   const int units = model_.num_units();
   int issued = 0;  // positions 0 .. issued-1 of the backward order have been gathered
   for (int q = 0; q < units; ++q) {
@@ -113,6 +126,19 @@ void Fsdp::backward() {
       for (; issued < units && issued <= q + config_.prefetch; ++issued)
         gather(units - 1 - issued, q > 0 ? u + 1 : units - 1, shards_, buffers_, comm_, *state_);
       compute_.wait_event(state_->gathered[uu]);
+    }
+    if (config_.bf16_comm) {
+      DeviceBuffer<bf16>& grad = buffers_.acquire_gradient_bf16(u);
+      model_.launch_backward(u, buffers_.weights_bf16(u), grad, compute_, buffers_);
+      state_->computed[uu].record(compute_);
+      buffers_.release_weights(u);
+      comm_.wait_event(state_->computed[uu]);
+      dist::device::reduce_scatter(grad, buffers_.gradient_shard_bf16(u), comm_,
+                                   dist::ReduceOp::Avg);
+      launch_convert(buffers_.gradient_shard_bf16(u), shards_.g[uu], comm_);
+      state_->reduced[uu].record(comm_);
+      buffers_.release_gradient(u);
+      continue;
     }
     DeviceBuffer<float>& grad = buffers_.acquire_gradient(u);
     model_.launch_backward(u, buffers_.weights(u), grad, compute_, buffers_);

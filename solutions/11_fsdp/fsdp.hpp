@@ -14,6 +14,7 @@
 //      ordered by events between the compute and the communication stream.
 //   4. Fsdp::forward / backward with prefetch: gathers issued up to `prefetch` units ahead.
 //   5. Fsdp::step: Adam on every shard, each after its unit's reduce-scatter.
+//   6. FsdpConfig::bf16_comm in forward and backward: the same passes communicating in bf16.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,11 @@ struct FsdpConfig {
   /// Release each unit's full weights after its forward (and gather them again in backward): less
   /// memory, more traffic. false: keep them from forward until the unit's backward is done.
   bool reshard_after_forward = true;
+  /// Communicate in bf16 (PyTorch FSDP2: MixedPrecisionPolicy with param_dtype and reduce_dtype
+  /// torch.bfloat16): the gathers and the reduce-scatters move bf16, half the bytes; the full
+  /// buffers are bf16 (the _bf16 forms of UnitBuffers and of the kernels, 2 bytes an element in the
+  /// meter); the shards w and g, Adam's moments and the update stay fp32.
+  bool bf16_comm = false;
   AdamConfig adam{};
 };
 
@@ -82,6 +88,14 @@ struct FsdpConfig {
 ///     the gradients (unit L-1 first), each after its own reduce-scatter and no other.
 ///   * Traffic per unit and step: the gathers (one per pass that gathers it) and one
 ///     reduce-scatter, each (dp - 1) / dp of the unit's padded bytes; nothing else.
+///   * bf16_comm: the same passes, window, events and order, in bf16. Values are rounded to bf16
+///     at exactly these points and nowhere else: each weight once, from this step's fp32 shard,
+///     into the bf16 buffer its gather sends (UnitBuffers::weight_shard_bf16); each element of a
+///     rank's full gradient once, by the bf16 backward kernel; the reduce-scatter's mean as dist's
+///     bf16 reductions round (dist.hpp: each step in fp32, rounded to bf16). The mean
+///     (UnitBuffers::gradient_shard_bf16) returns to the fp32 gradient shard exactly before the
+///     unit's Adam starts. The kernels compute in fp32 from the bf16 weights; Adam is fp32
+///     throughout. Traffic: 2 bytes an element instead of 4, so exactly half of fp32's bytes.
 class Fsdp {
  public:
   Fsdp(Model& model, Shards& shards, UnitBuffers& buffers, Stream& compute, Stream& comm,

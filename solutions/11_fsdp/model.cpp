@@ -31,19 +31,57 @@ std::int64_t Shards::bytes() const {
   return b;
 }
 
+void launch_convert(const DeviceBuffer<float>& in, DeviceBuffer<bf16>& out, Stream& s) {
+  if (in.size() != out.size()) {
+    throw dist::Error("launch_convert: " + std::to_string(in.size()) + " floats into " +
+                      std::to_string(out.size()) + " bf16s: sizes must match");
+  }
+  dist::device::launch(s, {"to bf16", 0.0, {dist::device::reads(in), dist::device::writes(out)}},
+                       [&] {
+                         const std::span<const float> from = in.cspan();
+                         const std::span<bf16> to = out.span();
+                         for (std::size_t i = 0; i < from.size(); ++i) to[i] = bf16(from[i]);
+                       });
+}
+
+void launch_convert(const DeviceBuffer<bf16>& in, DeviceBuffer<float>& out, Stream& s) {
+  if (in.size() != out.size()) {
+    throw dist::Error("launch_convert: " + std::to_string(in.size()) + " bf16s into " +
+                      std::to_string(out.size()) + " floats: sizes must match");
+  }
+  dist::device::launch(s, {"to fp32", 0.0, {dist::device::reads(in), dist::device::writes(out)}},
+                       [&] {
+                         const std::span<const bf16> from = in.cspan();
+                         const std::span<float> to = out.span();
+                         for (std::size_t i = 0; i < from.size(); ++i)
+                           to[i] = static_cast<float>(from[i]);
+                       });
+}
+
 // ---- the full buffers and the meter -----------------------------------------------------------
 
-UnitBuffers::UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t shard_bytes)
-    : padded_(std::move(padded_sizes)), shard_bytes_(shard_bytes) {
+UnitBuffers::UnitBuffers(std::vector<std::size_t> padded_sizes, std::int64_t shard_bytes, int dp)
+    : padded_(std::move(padded_sizes)), shard_bytes_(shard_bytes), dp_(dp) {
+  if (dp_ < 1) throw dist::Error("UnitBuffers: dp must be at least 1");
   weights_.reserve(padded_.size());
   gradients_.reserve(padded_.size());
   for (std::size_t u = 0; u < padded_.size(); ++u) {
     weights_.emplace_back("full weights " + std::to_string(u), 0);
     gradients_.emplace_back("full gradient " + std::to_string(u), 0);
+    weights16_.emplace_back("full weights " + std::to_string(u), 0);
+    gradients16_.emplace_back("full gradient " + std::to_string(u), 0);
+    weight_shards16_.emplace_back("bf16 weight shard " + std::to_string(u), 0);
+    gradient_shards16_.emplace_back("bf16 gradient shard " + std::to_string(u), 0);
   }
   has_weights_.assign(padded_.size(), false);
   has_gradient_.assign(padded_.size(), false);
+  weights_are_bf16_.assign(padded_.size(), false);
+  gradient_is_bf16_.assign(padded_.size(), false);
   reset_peak();
+}
+
+std::size_t UnitBuffers::shard_of(std::size_t padded) const {
+  return padded / static_cast<std::size_t>(dp_);
 }
 
 std::size_t UnitBuffers::padded_size(int u) const {
@@ -81,10 +119,28 @@ DeviceBuffer<float>& UnitBuffers::acquire_weights(int u) {
   }
   weights_[i] = DeviceBuffer<float>("full weights " + std::to_string(u), n);
   has_weights_[i] = true;
-  weight_bytes_ += static_cast<std::int64_t>(n * sizeof(float));
+  weights_are_bf16_[i] = false;
+  weight_bytes_ += static_cast<std::int64_t>(weights_[i].bytes());
   log_.push_back({LogEntry::Gather, u});
   update_peak();
   return weights_[i];
+}
+
+DeviceBuffer<bf16>& UnitBuffers::acquire_weights_bf16(int u) {
+  const std::size_t n = padded_size(u);
+  const auto i = static_cast<std::size_t>(u);
+  if (has_weights_[i]) {
+    throw dist::Error("UnitBuffers::acquire_weights_bf16: unit " + std::to_string(u) +
+                      "'s full weights are held already: release them before gathering again");
+  }
+  weights16_[i] = DeviceBuffer<bf16>("full weights " + std::to_string(u), n);
+  weight_shards16_[i] = DeviceBuffer<bf16>("bf16 weight shard " + std::to_string(u), shard_of(n));
+  has_weights_[i] = true;
+  weights_are_bf16_[i] = true;
+  weight_bytes_ += static_cast<std::int64_t>(weights16_[i].bytes() + weight_shards16_[i].bytes());
+  log_.push_back({LogEntry::Gather, u});
+  update_peak();
+  return weights16_[i];
 }
 
 bool UnitBuffers::holds_weights(int u) const {
@@ -97,7 +153,28 @@ DeviceBuffer<float>& UnitBuffers::weights(int u) {
     throw dist::Error("UnitBuffers::weights: unit " + std::to_string(u) +
                       "'s full weights are not held: acquire (and gather) them first");
   }
+  if (weights_are_bf16_[static_cast<std::size_t>(u)]) {
+    throw dist::Error("UnitBuffers::weights: unit " + std::to_string(u) +
+                      "'s full weights are held in bf16: use weights_bf16");
+  }
   return weights_[static_cast<std::size_t>(u)];
+}
+
+DeviceBuffer<bf16>& UnitBuffers::weights_bf16(int u) {
+  if (!holds_weights(u)) {
+    throw dist::Error("UnitBuffers::weights_bf16: unit " + std::to_string(u) +
+                      "'s full weights are not held: acquire (and gather) them first");
+  }
+  if (!weights_are_bf16_[static_cast<std::size_t>(u)]) {
+    throw dist::Error("UnitBuffers::weights_bf16: unit " + std::to_string(u) +
+                      "'s full weights are held in fp32: use weights");
+  }
+  return weights16_[static_cast<std::size_t>(u)];
+}
+
+DeviceBuffer<bf16>& UnitBuffers::weight_shard_bf16(int u) {
+  (void)weights_bf16(u);  // held in bf16, else the error
+  return weight_shards16_[static_cast<std::size_t>(u)];
 }
 
 void UnitBuffers::release_weights(int u) {
@@ -106,9 +183,16 @@ void UnitBuffers::release_weights(int u) {
                       "'s full weights are not held");
   }
   const auto i = static_cast<std::size_t>(u);
-  weight_bytes_ -= static_cast<std::int64_t>(weights_[i].bytes());
-  weights_[i] = DeviceBuffer<float>("full weights " + std::to_string(u), 0);
+  if (weights_are_bf16_[i]) {
+    weight_bytes_ -= static_cast<std::int64_t>(weights16_[i].bytes() + weight_shards16_[i].bytes());
+    weights16_[i] = DeviceBuffer<bf16>("full weights " + std::to_string(u), 0);
+    weight_shards16_[i] = DeviceBuffer<bf16>("bf16 weight shard " + std::to_string(u), 0);
+  } else {
+    weight_bytes_ -= static_cast<std::int64_t>(weights_[i].bytes());
+    weights_[i] = DeviceBuffer<float>("full weights " + std::to_string(u), 0);
+  }
   has_weights_[i] = false;
+  weights_are_bf16_[i] = false;
   log_.push_back({LogEntry::Release, u});
 }
 
@@ -121,26 +205,81 @@ DeviceBuffer<float>& UnitBuffers::acquire_gradient(int u) {
   }
   gradients_[i] = DeviceBuffer<float>("full gradient " + std::to_string(u), n);
   has_gradient_[i] = true;
-  gradient_bytes_ += static_cast<std::int64_t>(n * sizeof(float));
+  gradient_is_bf16_[i] = false;
+  gradient_bytes_ += static_cast<std::int64_t>(gradients_[i].bytes());
   update_peak();
   return gradients_[i];
 }
 
-DeviceBuffer<float>& UnitBuffers::gradient(int u) {
-  (void)padded_size(u);
-  if (!has_gradient_[static_cast<std::size_t>(u)]) {
-    throw dist::Error("UnitBuffers::gradient: unit " + std::to_string(u) +
+DeviceBuffer<bf16>& UnitBuffers::acquire_gradient_bf16(int u) {
+  const std::size_t n = padded_size(u);
+  const auto i = static_cast<std::size_t>(u);
+  if (has_gradient_[i]) {
+    throw dist::Error("UnitBuffers::acquire_gradient_bf16: unit " + std::to_string(u) +
+                      "'s full gradient is held already: release it first");
+  }
+  gradients16_[i] = DeviceBuffer<bf16>("full gradient " + std::to_string(u), n);
+  gradient_shards16_[i] =
+      DeviceBuffer<bf16>("bf16 gradient shard " + std::to_string(u), shard_of(n));
+  has_gradient_[i] = true;
+  gradient_is_bf16_[i] = true;
+  gradient_bytes_ +=
+      static_cast<std::int64_t>(gradients16_[i].bytes() + gradient_shards16_[i].bytes());
+  update_peak();
+  return gradients16_[i];
+}
+
+namespace {
+void check_gradient_held(const char* what, int u, bool held, bool is_bf16, bool want_bf16) {
+  if (!held) {
+    throw dist::Error(std::string("UnitBuffers::") + what + ": unit " + std::to_string(u) +
                       "'s full gradient is not held: acquire it first");
   }
-  return gradients_[static_cast<std::size_t>(u)];
+  if (is_bf16 != want_bf16) {
+    throw dist::Error(std::string("UnitBuffers::") + what + ": unit " + std::to_string(u) +
+                      "'s full gradient is held in " +
+                      (is_bf16 ? "bf16: use gradient_bf16" : "fp32: use gradient"));
+  }
+}
+}  // namespace
+
+DeviceBuffer<float>& UnitBuffers::gradient(int u) {
+  (void)padded_size(u);
+  const auto i = static_cast<std::size_t>(u);
+  check_gradient_held("gradient", u, has_gradient_[i], gradient_is_bf16_[i], false);
+  return gradients_[i];
+}
+
+DeviceBuffer<bf16>& UnitBuffers::gradient_bf16(int u) {
+  (void)padded_size(u);
+  const auto i = static_cast<std::size_t>(u);
+  check_gradient_held("gradient_bf16", u, has_gradient_[i], gradient_is_bf16_[i], true);
+  return gradients16_[i];
+}
+
+DeviceBuffer<bf16>& UnitBuffers::gradient_shard_bf16(int u) {
+  (void)gradient_bf16(u);  // held in bf16, else the error
+  return gradient_shards16_[static_cast<std::size_t>(u)];
 }
 
 void UnitBuffers::release_gradient(int u) {
-  (void)gradient(u);
+  (void)padded_size(u);
   const auto i = static_cast<std::size_t>(u);
-  gradient_bytes_ -= static_cast<std::int64_t>(gradients_[i].bytes());
-  gradients_[i] = DeviceBuffer<float>("full gradient " + std::to_string(u), 0);
+  if (!has_gradient_[i]) {
+    throw dist::Error("UnitBuffers::release_gradient: unit " + std::to_string(u) +
+                      "'s full gradient is not held");
+  }
+  if (gradient_is_bf16_[i]) {
+    gradient_bytes_ -=
+        static_cast<std::int64_t>(gradients16_[i].bytes() + gradient_shards16_[i].bytes());
+    gradients16_[i] = DeviceBuffer<bf16>("full gradient " + std::to_string(u), 0);
+    gradient_shards16_[i] = DeviceBuffer<bf16>("bf16 gradient shard " + std::to_string(u), 0);
+  } else {
+    gradient_bytes_ -= static_cast<std::int64_t>(gradients_[i].bytes());
+    gradients_[i] = DeviceBuffer<float>("full gradient " + std::to_string(u), 0);
+  }
   has_gradient_[i] = false;
+  gradient_is_bf16_[i] = false;
 }
 
 // ---- the model --------------------------------------------------------------------------------
@@ -194,22 +333,52 @@ void check_size(const char* what, int u, std::size_t have, std::size_t want) {
 }
 }  // namespace
 
+void Model::forward_body(int u, const float* w_data) {
+  const auto iu = static_cast<std::size_t>(u);
+  const ConstMap w(w_data, config_.layer_out(u), config_.layer_in(u));
+  const Matrix& in = u == 0 ? x_ : h_[iu - 1];
+  z_[iu].resize(in.rows(), w.rows());
+  z_[iu].noalias() = in * w.transpose();
+  if (u + 1 < config_.n_layers) mlp::activation_forward(config_.activation, z_[iu], h_[iu]);
+}
+
+void Model::backward_body(int u, const float* w_data, float* dw_data) {
+  const auto iu = static_cast<std::size_t>(u);
+  const ConstMap w(w_data, config_.layer_out(u), config_.layer_in(u));
+  MutMap dw(dw_data, config_.layer_out(u), config_.layer_in(u));
+  const Matrix& dz = u + 1 == config_.n_layers ? dlogits_ : dz_[iu];
+  const Matrix& in = u == 0 ? x_ : h_[iu - 1];
+  dw.noalias() = dz.transpose() * in;
+  if (u > 0) {
+    dh_[iu - 1].resize(dz.rows(), w.cols());
+    dh_[iu - 1].noalias() = dz * w;
+    mlp::activation_backward(config_.activation, z_[iu - 1], h_[iu - 1], dh_[iu - 1], dz_[iu - 1]);
+  }
+}
+
 void Model::launch_forward(int u, const DeviceBuffer<float>& weights, Stream& s, UnitBuffers& log) {
   check_size("launch_forward", u, weights.size(), padded(numel(u), dp_));
   log.log().push_back({LogEntry::Forward, u});
-  const auto iu = static_cast<std::size_t>(u);
   dist::device::launch(s,
                        {"forward " + std::to_string(u),
                         forward_seconds(u, static_cast<std::size_t>(x_.rows())),
                         {dist::device::reads(weights)}},
-                       [&, u, iu] {
-                         const ConstMap w(weights.cspan().data(), config_.layer_out(u),
-                                          config_.layer_in(u));
-                         const Matrix& in = u == 0 ? x_ : h_[iu - 1];
-                         z_[iu].resize(in.rows(), w.rows());
-                         z_[iu].noalias() = in * w.transpose();
-                         if (u + 1 < config_.n_layers)
-                           mlp::activation_forward(config_.activation, z_[iu], h_[iu]);
+                       [&, u] { forward_body(u, weights.cspan().data()); });
+}
+
+void Model::launch_forward(int u, const DeviceBuffer<bf16>& weights, Stream& s, UnitBuffers& log) {
+  check_size("launch_forward", u, weights.size(), padded(numel(u), dp_));
+  log.log().push_back({LogEntry::Forward, u});
+  dist::device::launch(s,
+                       {"forward " + std::to_string(u),
+                        forward_seconds(u, static_cast<std::size_t>(x_.rows())),
+                        {dist::device::reads(weights)}},
+                       [&, u] {
+                         const std::span<const bf16> w = weights.cspan();
+                         w_.resize(config_.layer_out(u), config_.layer_in(u));
+                         for (std::size_t i = 0; i < numel(u); ++i)
+                           w_.data()[i] = static_cast<float>(w[i]);
+                         forward_body(u, w_.data());
                        });
 }
 
@@ -227,27 +396,39 @@ void Model::launch_backward(int u, const DeviceBuffer<float>& weights,
   check_size("launch_backward", u, weights.size(), padded(numel(u), dp_));
   check_size("launch_backward", u, gradient.size(), padded(numel(u), dp_));
   log.log().push_back({LogEntry::Backward, u});
-  const auto iu = static_cast<std::size_t>(u);
-  dist::device::launch(
-      s,
-      {"backward " + std::to_string(u),
-       backward_seconds(u, static_cast<std::size_t>(x_.rows())),
-       {dist::device::reads(weights), dist::device::writes(gradient)}},
-      [&, u, iu] {
-        const ConstMap w(weights.cspan().data(), config_.layer_out(u), config_.layer_in(u));
-        std::span<float> g = gradient.span();
-        MutMap dw(g.data(), config_.layer_out(u), config_.layer_in(u));
-        const Matrix& dz = u + 1 == config_.n_layers ? dlogits_ : dz_[iu];
-        const Matrix& in = u == 0 ? x_ : h_[iu - 1];
-        dw.noalias() = dz.transpose() * in;
-        std::fill(g.begin() + static_cast<std::ptrdiff_t>(numel(u)), g.end(), 0.0f);
-        if (u > 0) {
-          dh_[iu - 1].resize(dz.rows(), w.cols());
-          dh_[iu - 1].noalias() = dz * w;
-          mlp::activation_backward(config_.activation, z_[iu - 1], h_[iu - 1], dh_[iu - 1],
-                                   dz_[iu - 1]);
-        }
-      });
+  dist::device::launch(s,
+                       {"backward " + std::to_string(u),
+                        backward_seconds(u, static_cast<std::size_t>(x_.rows())),
+                        {dist::device::reads(weights), dist::device::writes(gradient)}},
+                       [&, u] {
+                         std::span<float> g = gradient.span();
+                         backward_body(u, weights.cspan().data(), g.data());
+                         std::fill(g.begin() + static_cast<std::ptrdiff_t>(numel(u)), g.end(),
+                                   0.0f);
+                       });
+}
+
+void Model::launch_backward(int u, const DeviceBuffer<bf16>& weights, DeviceBuffer<bf16>& gradient,
+                            Stream& s, UnitBuffers& log) {
+  check_size("launch_backward", u, weights.size(), padded(numel(u), dp_));
+  check_size("launch_backward", u, gradient.size(), padded(numel(u), dp_));
+  log.log().push_back({LogEntry::Backward, u});
+  dist::device::launch(s,
+                       {"backward " + std::to_string(u),
+                        backward_seconds(u, static_cast<std::size_t>(x_.rows())),
+                        {dist::device::reads(weights), dist::device::writes(gradient)}},
+                       [&, u] {
+                         const std::span<const bf16> w = weights.cspan();
+                         const std::span<bf16> g = gradient.span();
+                         const std::size_t n = numel(u);
+                         w_.resize(config_.layer_out(u), config_.layer_in(u));
+                         dw_.resize(config_.layer_out(u), config_.layer_in(u));
+                         for (std::size_t i = 0; i < n; ++i)
+                           w_.data()[i] = static_cast<float>(w[i]);
+                         backward_body(u, w_.data(), dw_.data());
+                         for (std::size_t i = 0; i < n; ++i) g[i] = bf16(dw_.data()[i]);
+                         std::fill(g.begin() + static_cast<std::ptrdiff_t>(n), g.end(), bf16(0.0f));
+                       });
 }
 
 void Model::launch_adam(int u, Shards& shards, std::int64_t t, const AdamConfig& config,

@@ -58,6 +58,16 @@ class Trainer {
 std::vector<std::vector<float>> reference_weights(const TrainConfig& config,
                                                   const datasets::Split& data, int steps);
 
+/// The same steps with bf16 communication on p ranks, on one process rounding at the points
+/// Fsdp's bf16 contract names (fsdp.hpp): every step, each weight rounded to bf16 once; for each
+/// rank r in turn, Model's own kernels (the bf16 forms) on rows_of(B, p, r) of the batch, the
+/// rank's full gradient rounded to bf16 by the backward kernel; their fold over r = 0 .. p-1, each
+/// step in fp32 rounded to bf16 (the threads backend's order), the mean rounded once more; then
+/// your adam_update in fp32 on the whole unit. Returns every unit's weights after `steps` steps.
+std::vector<std::vector<float>> reference_weights_bf16(const TrainConfig& config,
+                                                       const datasets::Split& data, int steps,
+                                                       int p);
+
 /// One measured step on one rank, after one warm-up step: from a barrier, the simulated seconds
 /// until the rank's device is idle, its traffic and calls to built-in collectives, and the
 /// meter's high-water mark (UnitBuffers) during the step.
@@ -73,24 +83,29 @@ StepMeasure measured_step(const TrainConfig& config, const datasets::Split& data
 
 /// Floats of unit u's shard: c_u = padded(n_u, p) / p.
 std::size_t shard_floats(const mlp::Config& model, int u, int p);
-/// The ring all-gather of c floats per rank: (p - 1) (alpha + 4c beta).
-double gather_seconds(std::size_t c, int p, const dist::NetworkModel& net);
-/// The ring reduce-scatter to c floats per rank: (p - 1) (alpha + 4c beta + 4c gamma).
-double reduce_scatter_seconds(std::size_t c, int p, const dist::NetworkModel& net);
+/// Bytes of an element on the wire and in the full buffers: e = 2 with bf16_comm, else 4.
+std::size_t element_bytes(const TrainConfig& config);
+/// The ring all-gather of c elements of e bytes per rank: (p - 1) (alpha + e c beta).
+double gather_seconds(std::size_t c, int p, const dist::NetworkModel& net, std::size_t e = 4);
+/// The ring reduce-scatter to c elements of e bytes per rank: (p - 1) (alpha + e c beta + e c
+/// gamma).
+double reduce_scatter_seconds(std::size_t c, int p, const dist::NetworkModel& net,
+                              std::size_t e = 4);
 /// The step's simulated time under the contract of Fsdp: the operations in the order the
 /// contract issues them, each starting at the later of its stream's previous end and the end of
 /// the operation it waits for (forward: its gather; backward: its gather; reduce-scatter: its
 /// backward; Adam: its reduce-scatter); the step ends when both streams are idle.
 double step_formula(const TrainConfig& config, int p, const dist::NetworkModel& net);
-/// Bytes one rank sends per step: (gathers per unit + 1) * sum_u (p - 1) 4 c_u, gathers per unit
-/// 2 with reshard_after_forward, else 1.
+/// Bytes one rank sends per step: (gathers per unit + 1) * sum_u (p - 1) e c_u, gathers per unit
+/// 2 with reshard_after_forward, else 1 (e = 4, bf16_comm 2: half).
 std::uint64_t bytes_formula(const TrainConfig& config, int p);
 /// Calls to built-in collectives per step: (gathers per unit + 1) * L.
 std::uint64_t collectives_formula(const TrainConfig& config, int p);
 /// The meter's high-water mark (bytes) under the contract: shards 16 sum_u c_u, plus the most
 /// full buffers held at once: with reshard_after_forward, the largest over backward positions of
 /// the window's weights (that position and the next `prefetch`) plus that unit's gradient; without,
-/// every unit's weights plus the last unit's gradient. A full unit is 4 p c_u bytes.
+/// every unit's weights plus the last unit's gradient. A full unit is 4 p c_u bytes; with
+/// bf16_comm 2 (p + 1) c_u (the bf16 full buffer and the shard-sized bf16 buffer held with it).
 std::int64_t memory_formula(const TrainConfig& config, int p);
 
 /// The program's table: one row per FSDP setting, the maximum over ranks of each figure, with the

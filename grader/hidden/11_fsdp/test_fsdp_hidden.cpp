@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "fsdp_harness.hpp"
@@ -140,6 +142,37 @@ TEST(HiddenSimulatedTime, OtherNetworksAndWindows) {
   const TrainConfig c = config_of(0, true);
   const auto got = run(c, 5, 2, slow);
   EXPECT_TRUE(time_near(got[0].measure.step_s, expected_step_no_prefetch(c, 5, slow)));
+}
+
+// bf16 communication on world sizes the public tests leave out (5 and 8 on the tiny model, whose
+// 2-weight unit is padding on most ranks; 6 on the small one), wider windows, kept weights, a
+// network with a reduction cost.
+TEST(HiddenBf16, ValuesBytesMemoryAndTimeOnOtherWorldSizes) {
+  dist::NetworkModel slow;
+  slow.latency_s = 20e-6;
+  slow.bandwidth_Bps = 1e8;
+  slow.reduce_Bps = 5e8;
+  const int steps = 3;
+  for (auto [p, k, reshard] :
+       {std::tuple{5, 2, true}, std::tuple{6, 0, false}, std::tuple{8, 3, true}}) {
+    TrainConfig c = config_of(k, reshard, p == 6 ? small_model() : tiny_model());
+    c.fsdp.bf16_comm = true;
+    const datasets::Split data = mlp::make_data(c.model);
+    const std::vector<std::vector<float>> want = reference_weights_bf16(c, data, steps, p);
+    const auto got = run(c, p, steps, slow);
+    TrainConfig fp32 = c;
+    fp32.fsdp.bf16_comm = false;
+    for (int r = 0; r < p; ++r) {
+      const RankResult& g = got[static_cast<std::size_t>(r)];
+      const std::string what = "bf16, p " + std::to_string(p) + ", prefetch " + std::to_string(k) +
+                               ", reshard " + std::to_string(reshard) + ", rank " +
+                               std::to_string(r);
+      EXPECT_TRUE(weights_near(g.weights, want, c.fsdp.adam.learning_rate, steps)) << what;
+      EXPECT_EQ(2 * g.measure.bytes_sent, expected_bytes(fp32, p)) << what;
+      EXPECT_EQ(g.measure.peak, expected_peak(c, p)) << what;
+      EXPECT_TRUE(time_near(g.measure.step_s, expected_step(c, p, slow))) << what;
+    }
+  }
 }
 
 }  // namespace

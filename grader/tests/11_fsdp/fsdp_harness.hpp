@@ -125,24 +125,31 @@ inline ::testing::AssertionResult weights_near(const std::vector<std::vector<flo
 
 // ---- closed forms ------------------------------------------------------------------------------
 
+/// Bytes of an element on the wire and in the full buffers: bf16 2, fp32 4.
+inline std::size_t elem(const TrainConfig& c) { return c.fsdp.bf16_comm ? 2 : 4; }
+
 /// Gathers per unit and step: 2 with reshard_after_forward (forward and backward), else 1.
 inline int gathers_per_unit(const TrainConfig& c) { return c.fsdp.reshard_after_forward ? 2 : 1; }
 
 /// Bytes a rank sends per step: per unit, each gather and the reduce-scatter move (p-1)/p of the
-/// unit's padded bytes: (p - 1) * 4 c_u.
+/// unit's padded bytes: (p - 1) * e c_u (e = 4 bytes, bf16 2).
 inline std::uint64_t expected_bytes(const TrainConfig& c, int p) {
   std::uint64_t b = 0;
   for (int u = 0; u < c.model.n_layers; ++u)
     b += static_cast<std::uint64_t>(gathers_per_unit(c) + 1) * static_cast<std::uint64_t>(p - 1) *
-         4 * shard_of(c.model, u, p);
+         elem(c) * shard_of(c.model, u, p);
   return b;
 }
 
 /// The meter's high-water mark: the shards (4 per unit) plus the most full buffers the contract
-/// holds at once (README: Memory).
+/// holds at once (README: Memory). bf16: a full buffer is 2 (p + 1) c_u bytes (2 bytes an element,
+/// with a shard-sized bf16 buffer held as long as it is).
 inline std::int64_t expected_peak(const TrainConfig& c, int p) {
   const int L = c.model.n_layers, k = c.fsdp.prefetch;
-  auto full = [&](int u) { return static_cast<std::int64_t>(4 * p * shard_of(c.model, u, p)); };
+  auto full = [&](int u) {
+    const std::size_t pieces = static_cast<std::size_t>(p) + (c.fsdp.bf16_comm ? 1 : 0);
+    return static_cast<std::int64_t>(elem(c) * pieces * shard_of(c.model, u, p));
+  };
   std::int64_t shards = 0, every = 0;
   for (int u = 0; u < L; ++u) {
     shards += static_cast<std::int64_t>(16 * shard_of(c.model, u, p));
@@ -179,7 +186,8 @@ inline Times times_of(const TrainConfig& c, int p, const dist::NetworkModel& net
   Times t;
   const double rows = c.model.batch_size / p;
   for (int u = 0; u < c.model.n_layers; ++u) {
-    const double bytes = 4.0 * static_cast<double>(shard_of(c.model, u, p));
+    const double bytes =
+        static_cast<double>(elem(c)) * static_cast<double>(shard_of(c.model, u, p));
     const double msg = p > 1 ? net.latency_s + bytes / net.bandwidth_Bps : 0;
     t.gather.push_back((p - 1) * msg);
     t.reduce_scatter.push_back((p - 1) *
