@@ -1,6 +1,7 @@
 // Hidden tests of 01_threads: edge cases, larger sizes and repetition.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <fstream>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -215,6 +217,45 @@ TEST(HiddenProcesses, EveryChildIsReaped) {
   EXPECT_EQ(errno, ECHILD);
 }
 
+// The children of this process right now (zombies included), over all its threads, read from
+// /proc/self/task/<tid>/children; -1 where the kernel does not offer that file.
+int children_now() {
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  int n = 0;
+  bool any = false;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/children");
+    if (!f) continue;
+    any = true;
+    for (long pid = 0; f >> pid;) ++n;
+  }
+  closedir(dir);
+  return any ? n : -1;
+}
+
+TEST(HiddenProcesses, OneChildAtATime) {
+  // "n processes, one after another": each child is forked, exits and is reaped before the next is
+  // forked, so this process never has two children at once (zombies count: a child not yet
+  // waitpid()ed is still a child). A watcher thread counts them while 300 are timed.
+  if (children_now() < 0) GTEST_SKIP() << "/proc/self/task/*/children is not available here";
+  std::atomic<bool> done{false};
+  std::atomic<int> most{0};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      const int n = children_now();
+      if (n > most.load()) most.store(n);
+    }
+  });
+  (void)threads::measure_creation_cost(300);
+  done.store(true);
+  watcher.join();
+  EXPECT_LE(most.load(), 1) << "measure_creation_cost had " << most.load()
+                            << " children at once: fork, _exit and waitpid one process after "
+                               "another";
+}
+
 // A child that calls exit() instead of _exit() runs the parent's exit handlers (and flushes the
 // stdio buffers it copied): one handler, registered once, writes a byte to a pipe when it runs in
 // a process other than this one.
@@ -264,6 +305,74 @@ TEST(HiddenParallelMap, ResultsInInputOrderWhenLaterItemsFinishFirst) {
     EXPECT_EQ(ys[i], 10 * xs[i]) << "index " << i
                                  << ": out[i] must be fn(inputs[i]) whatever "
                                     "order the items finish in";
+  }
+}
+
+// How many tasks the current thread has run (a fresh thread starts at 0, even when the system
+// hands it the id of a thread that was joined before).
+thread_local int g_tasks_on_this_thread = 0;
+
+TEST(HiddenStartJoin, EveryTaskOnItsOwnThread) {
+  // run_parallel and run_sequential: "Runs every task on its own std::thread": no thread runs two
+  // of the tasks, and none runs on the caller.
+  for (bool parallel : {true, false}) {
+    std::atomic<int> reused{0}, on_caller{0};
+    const std::thread::id caller = std::this_thread::get_id();
+    std::vector<threads::Task> tasks(5, [&] {
+      if (++g_tasks_on_this_thread > 1) ++reused;
+      if (std::this_thread::get_id() == caller) ++on_caller;
+    });
+    g_tasks_on_this_thread = 0;
+    if (parallel) {
+      threads::run_parallel(tasks);
+    } else {
+      threads::run_sequential(tasks);
+    }
+    const char* fn = parallel ? "run_parallel" : "run_sequential";
+    EXPECT_EQ(reused.load(), 0) << fn
+                                << ": a thread ran several tasks; each task gets its own "
+                                   "std::thread";
+    EXPECT_EQ(on_caller.load(), 0) << fn << ": a task ran on the calling thread";
+  }
+}
+
+TEST(HiddenParallelFor, ThePoolsThreadsRunTheItemsNotTheCaller) {
+  // "on a pool of n_workers std::threads": every body(i) runs on a worker thread, also with one
+  // worker, and at most n_workers distinct threads run them.
+  for (int workers : {1, 2, 3}) {
+    std::mutex mu;
+    std::set<std::thread::id> ids;
+    threads::parallel_for(40, workers, [&](std::size_t) {
+      std::this_thread::sleep_for(1ms);
+      std::lock_guard<std::mutex> g(mu);
+      ids.insert(std::this_thread::get_id());
+    });
+    EXPECT_EQ(ids.count(std::this_thread::get_id()), 0u)
+        << workers << " worker(s): an item ran on the calling thread; the pool's threads run them";
+    EXPECT_LE(ids.size(), static_cast<std::size_t>(workers)) << workers << " worker(s)";
+  }
+}
+
+TEST(HiddenParallelFor, TheFirstThrownNotTheLowestItemIsRethrown) {
+  // Item 0 fails late, item 3 at once: the first exception thrown is item 3's, and that one
+  // reaches the caller (not the lowest failing index).
+  for (int rep = 0; rep < 3; ++rep) {
+    std::atomic<int> started{0};
+    try {
+      threads::parallel_for(4, 4, [&](std::size_t i) {
+        ++started;
+        distlab::Stopwatch wait;
+        while (started.load() < 4 && wait.elapsed_s() < 5.0) std::this_thread::yield();
+        if (i == 3) throw std::logic_error("item 3 failed first");
+        std::this_thread::sleep_for(80ms);
+        if (i == 0) throw std::runtime_error("item 0 failed later");
+      });
+      ADD_FAILURE() << "parallel_for returned although items threw";
+    } catch (const std::logic_error& e) {
+      EXPECT_STREQ(e.what(), "item 3 failed first");
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rethrew '" << e.what() << "', not the first exception thrown (item 3's)";
+    }
   }
 }
 

@@ -303,4 +303,27 @@ TEST(HiddenAsyncLog, TheLastUpdatesWorkerIsStoppedAtOnce) {
   }
 }
 
+TEST(HiddenAsyncLog, WaitingWorkersAreStoppedBeforeTheOthersPushAgain) {
+  // At the last update the worker that made it is waiting, and a 4x straggler is still computing:
+  // the waiting workers get their stop reply at once (after the last update, in worker order),
+  // not after the straggler's next push has arrived.
+  const mlp::Config c = small_config();
+  const AsyncRun run = run_async(c, data_for(c), 3, 20, -1, 1e-3, 4.0);
+  ASSERT_EQ(run.log.source.size(), 20u);
+  const int last = run.log.source.back();
+  const auto applied = [&](int rank) {
+    return static_cast<int>(std::count(run.log.source.begin(), run.log.source.end(), rank));
+  };
+  ASSERT_EQ(run.pushed[2], applied(3) + 1) << "the test needs the straggler (rank 3) still "
+                                              "computing at the last update";
+  ASSERT_NE(last, 3);
+  const std::size_t bytes = (run.weights.size() + 1) * sizeof(float);
+  const double reply = dist::NetworkModel{}.message_cost(0, 1, bytes);
+  EXPECT_LE(run.done_s[static_cast<std::size_t>(last - 1)], run.log.time.back() + 3 * reply + 1e-9)
+      << "worker rank " << last << " made the last update and was waiting: its stop reply goes out "
+      << "at once (" << run.log.time.back() << " s + at most 3 replies of " << reply
+      << " s), not after the straggler's push (it returned at "
+      << run.done_s[static_cast<std::size_t>(last - 1)] << " s)";
+}
+
 }  // namespace

@@ -3,7 +3,11 @@
 // same closed forms and single-process Adam.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
 #include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -171,6 +175,69 @@ TEST(HiddenBf16, ValuesBytesMemoryAndTimeOnOtherWorldSizes) {
       EXPECT_EQ(2 * g.measure.bytes_sent, expected_bytes(fp32, p)) << what;
       EXPECT_EQ(g.measure.peak, expected_peak(c, p)) << what;
       EXPECT_TRUE(time_near(g.measure.step_s, expected_step(c, p, slow))) << what;
+    }
+  }
+}
+
+/// One stream's spans of rank 0 in the Chrome trace (name, start, end in seconds), in time order.
+struct Span {
+  std::string name;
+  double t0, t1;
+};
+std::vector<Span> rank0_spans(const std::string& path, const std::string& stream) {
+  std::ifstream f(path);
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  long tid = -1;
+  for (const auto& ev : doc.at("traceEvents")) {
+    if (ev.value("name", "") == "thread_name" &&
+        ev.at("args").value("name", "") == "rank 0 stream " + stream)
+      tid = ev.at("tid").get<long>();
+  }
+  std::vector<Span> out;
+  for (const auto& ev : doc.at("traceEvents")) {
+    if (ev.value("ph", "") != "X" || ev.at("tid").get<long>() != tid) continue;
+    const double t0 = ev.at("ts").get<double>() * 1e-6;
+    out.push_back({ev.value("name", ""), t0, t0 + ev.at("dur").get<double>() * 1e-6});
+  }
+  std::sort(out.begin(), out.end(), [](const Span& a, const Span& b) { return a.t0 < b.t0; });
+  return out;
+}
+
+TEST(HiddenOrder, ForwardGathersStartAfterTheUnitLaunchedLast) {
+  // fsdp.hpp: a gather starts only after the kernel of the unit launched last before it was issued
+  // has ended (in forward, the previous unit's forward); only forward's first prefetch + 1 gathers
+  // wait for nothing. Fast links and slow kernels, one step: the comm stream is free early, so a
+  // gather that waits for the wrong event (or none) starts too soon.
+  dist::NetworkModel fast;
+  fast.latency_s = 1e-8;
+  fast.bandwidth_Bps = 1e12;
+  for (int k : {1, 2}) {
+    TrainConfig c = config_of(k, true);
+    c.flops_per_s = 1e8;
+    const std::string path =
+        ::testing::TempDir() + "distlab_11_gathers_" + std::to_string(k) + ".json";
+    run(c, 2, 1, fast, path);
+    const int units = c.model.n_layers;
+    std::vector<Span> forwards, gathers;
+    for (const Span& s : rank0_spans(path, "compute"))
+      if (s.name.find("'forward ") != std::string::npos) forwards.push_back(s);
+    for (const Span& s : rank0_spans(path, "comm"))
+      if (s.name.find("all_gather") != std::string::npos) gathers.push_back(s);
+    ASSERT_GE(forwards.size(), static_cast<std::size_t>(units)) << "prefetch " << k;
+    ASSERT_GE(gathers.size(), static_cast<std::size_t>(units)) << "prefetch " << k;
+    for (int u = 0; u < units; ++u) {
+      const Span& g = gathers[static_cast<std::size_t>(u)];
+      if (u <= k) {
+        EXPECT_LT(g.t0, forwards[0].t1)
+            << "prefetch " << k << ": forward's gather of unit " << u << " waits for nothing";
+      } else {
+        const Span& f = forwards[static_cast<std::size_t>(u - k - 1)];
+        EXPECT_GE(g.t0, f.t1 - 1e-12)
+            << "prefetch " << k << ": the gather of unit " << u << " (issued when unit " << u - k
+            << " was launched) must start after the forward of unit " << u - k - 1
+            << ", launched last before it was issued, has ended (" << f.t1 << " s); it started at "
+            << g.t0 << " s";
+      }
     }
   }
 }

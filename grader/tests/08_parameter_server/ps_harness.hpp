@@ -167,6 +167,7 @@ struct AsyncRun {
   ps::ServerLog log;
   std::vector<float> weights;  // the server's final weights
   std::vector<int> pushed;     // per worker: gradients pushed (async_worker's return)
+  std::vector<double> done_s;  // per worker: its simulated clock when async_worker returned
   std::vector<dist::Stats> stats;
   std::vector<int> update_versions;                // what options.on_update was called with
   std::vector<std::vector<float>> update_weights;  // (version, weights), in call order
@@ -176,6 +177,7 @@ inline AsyncRun run_async(const mlp::Config& c, const datasets::Split& data, int
                           int updates, int staleness, double compute_s, double straggler) {
   AsyncRun run;
   run.pushed.assign(static_cast<std::size_t>(workers), -1);
+  run.done_s.assign(static_cast<std::size_t>(workers), -1.0);
   run.stats.resize(static_cast<std::size_t>(workers + 1));
   std::mutex mu;
   distlab::testing::run_ranks(distlab::testing::threads_options(workers + 1, 20000), [&] {
@@ -210,8 +212,10 @@ inline AsyncRun run_async(const mlp::Config& c, const datasets::Split& data, int
       const int k = layout.worker_index(rank);
       ps::GradientSource source(pc, data, k, layout.workers(), ps::compute_factor(pc, layout, k));
       const int n = ps::async_worker(w, source.fn(), layout);
+      const double done = dist::sim_time();
       std::lock_guard<std::mutex> g(mu);
       run.pushed[static_cast<std::size_t>(k)] = n;
+      run.done_s[static_cast<std::size_t>(k)] = done;
     }
     const dist::Stats st = dist::stats();
     std::lock_guard<std::mutex> g(mu);

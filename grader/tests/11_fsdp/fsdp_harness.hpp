@@ -63,13 +63,15 @@ struct RankResult {
 };
 
 /// Trains `steps` steps on p ranks; with steps >= 2 the last one is measured like measured_step.
+/// trace: where the threads backend writes the run's Chrome trace ("": none).
 inline std::vector<RankResult> run(const TrainConfig& config, int p, int steps,
-                                   dist::NetworkModel net = {}) {
+                                   dist::NetworkModel net = {}, const std::string& trace = "") {
   const datasets::Split data = mlp::make_data(config.model);
   std::vector<RankResult> out(static_cast<std::size_t>(p));
   std::mutex mu;
   dist::LaunchOptions o = threads_options(p);
   o.network = net;
+  o.trace_path = trace;
   distlab::testing::run_ranks(o, [&] {
     Trainer trainer(config, data);
     RankResult r;
