@@ -106,6 +106,109 @@ TEST(ReduceScatterRing, TrafficEveryCount) {
   messages_for_every_count("reduce_scatter_ring", false);
 }
 
+// ---- Avg: one division of the sum ---------------------------------------------------------------
+
+/// Rank r's input at index i for Avg with cancellation: ranks 0 and 1 hold +-2^18 (i % 8 + 1), every
+/// rank a small integer; every partial sum is an integer below 2^24, so any order of the sum is
+/// exact, and the mean is that sum divided by p once. Dividing before summing (each rank's share
+/// of the mean) rounds the large values and misses the small ones by far more than 1e-6.
+float cancelling(int r, std::size_t i) {
+  const float big = 262144.0f * static_cast<float>(i % 8 + 1);  // at most 2^21
+  return (r == 0   ? big
+          : r == 1 ? -big
+                   : 0.0f) +
+         static_cast<float>((3 * r + static_cast<int>(i)) % 7 + 1);
+}
+std::vector<float> cancelling_mean(int p, std::size_t n) {
+  std::vector<float> want(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (int r = 0; r < p; ++r) sum += cancelling(r, i);
+    want[i] = static_cast<float>(sum) / static_cast<float>(p);
+  }
+  return want;
+}
+
+/// fn(buf or in/out, ...) with Avg on the cancelling inputs, p = 2, 3, 5, 6, 7: every rank that
+/// gets the result gets sum / p (x / p or x * (1 / p): 1e-6).
+void avg_once(const std::string& name,
+              const std::function<void(std::vector<float>&, int p, std::size_t n)>& call,
+              bool rooted, bool scattered) {
+  for (int p : {2, 3, 5, 6, 7}) {
+    const std::size_t n = scattered ? 4 * static_cast<std::size_t>(p) : 12;  // scattered: 4 each
+    const std::vector<float> want = cancelling_mean(p, n);
+    for (int root : rooted ? std::vector<int>{0, p - 1} : std::vector<int>{-1}) {
+      const std::string what = "Avg of inputs that cancel, world size " + std::to_string(p) +
+                               (root >= 0 ? ", root " + std::to_string(root) : "");
+      const bool ok = run_case(what, name, p, [&](distlab::testing::RankLog& log) {
+        const int me = dist::rank();
+        std::vector<float> got(n);
+        for (std::size_t i = 0; i < n; ++i) got[i] = cancelling(me, i);
+        call(got, root, n);
+        if (scattered) {
+          expect_values(log, what + ": divide the sum by p once, at the end", got,
+                        std::span<const float>(want).subspan(4 * static_cast<std::size_t>(me), 4),
+                        1e-6);
+        } else if (root < 0 || me == root) {
+          expect_values(log, what + ": divide the sum by p once, at the end", got, want, 1e-6);
+        }
+      });
+      if (!ok) return;
+    }
+  }
+}
+
+TEST(ReduceNaive, AvgDividesOnceAtTheEnd) {
+  avg_once(
+      "reduce_naive",
+      [](std::vector<float>& b, int root, std::size_t) {
+        collectives::reduce_naive(b, root, ReduceOp::Avg);
+      },
+      true, false);
+}
+TEST(ReduceTree, AvgDividesOnceAtTheEnd) {
+  avg_once(
+      "reduce_tree",
+      [](std::vector<float>& b, int root, std::size_t) {
+        collectives::reduce_tree(b, root, ReduceOp::Avg);
+      },
+      true, false);
+}
+TEST(AllReduceNaive, AvgDividesOnceAtTheEnd) {
+  avg_once(
+      "all_reduce_naive",
+      [](std::vector<float>& b, int, std::size_t) {
+        collectives::all_reduce_naive(b, ReduceOp::Avg);
+      },
+      false, false);
+}
+TEST(AllReduceButterfly, AvgDividesOnceAtTheEnd) {
+  avg_once(
+      "all_reduce_butterfly",
+      [](std::vector<float>& b, int, std::size_t) {
+        collectives::all_reduce_butterfly(b, ReduceOp::Avg);
+      },
+      false, false);
+}
+TEST(AllReduceRing, AvgDividesOnceAtTheEnd) {
+  avg_once(
+      "all_reduce_ring",
+      [](std::vector<float>& b, int, std::size_t) {
+        collectives::all_reduce_ring(b, ReduceOp::Avg);
+      },
+      false, false);
+}
+TEST(ReduceScatterRing, AvgDividesOnceAtTheEnd) {
+  avg_once(
+      "reduce_scatter_ring",
+      [](std::vector<float>& b, int, std::size_t n) {
+        std::vector<float> out(n / static_cast<std::size_t>(dist::world_size()));
+        collectives::reduce_scatter_ring(b, out, ReduceOp::Avg);
+        b = out;
+      },
+      false, true);
+}
+
 // ---- values at larger world sizes -------------------------------------------------------------
 
 TEST(BroadcastNaive, ValuesLarge) {
