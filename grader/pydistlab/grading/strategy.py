@@ -24,9 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import cmake, manifest as mf, sandbox, workspace as ws
-from ..paths import ROOT
+from ..errors import DistlabError
+from ..paths import ROOT, rel
 from ..results import Mode
 from .plan import TreePlan
+
+
+#: The target of the module libraries' precompiled kit headers (DISTLAB_PCH, GCC only).
+PCH_TARGET = "distlab_pch_lib"
 
 
 @dataclass
@@ -119,6 +124,7 @@ class Sandboxed(BuildStrategy):
 
     def compile_untrusted(self, modules: list[str], say: ws.Progress, label: str) -> Untrusted:
         done = Untrusted()
+        self._precompile_kit_headers(say, label)
         for n in modules:
             objs = self.plan.objects_of(set(self.tree.untrusted.get(n, [])))
             if objs:
@@ -153,6 +159,20 @@ class Sandboxed(BuildStrategy):
 
     def _compile(self, module: str, objects: list[str]) -> cmake.Result:
         return cmake.build(self.build_dir, objects, keep_going=True, prefix=self.untrusted_prefix)
+
+    def _precompile_kit_headers(self, say: ws.Progress, label: str) -> None:
+        """The module libraries' precompiled header (cmake/DistlabModule.cmake: kit headers only,
+        never a module's own) is built by the trusted build before any untrusted compile, which
+        reads it and finds it up to date; the untrusted compile never writes it (its outputs are
+        the submission's objects, under the object-size limit)."""
+        if PCH_TARGET not in cmake.targets(self.build_dir):
+            return
+        say.status(f"precompiling the kit's headers{label}")
+        r = cmake.build(self.build_dir, [PCH_TARGET], prefix=self.trusted_prefix)
+        if not r.ok:
+            raise DistlabError(f"the kit's precompiled header does not build in {rel(self.build_dir)} "
+                               f"(target {PCH_TARGET}); this is not caused by a submission:\n"
+                               f"{self.tb.first_errors(r.output)}")
 
     def recompiled(self, targets: list[str], objects: dict[str, list[str]]) -> dict[str, str]:
         # Never compile an untrusted source outside its view: ninja -n lists what would run, and a
