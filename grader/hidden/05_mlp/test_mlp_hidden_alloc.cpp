@@ -45,19 +45,19 @@ void* __libc_calloc(std::size_t, std::size_t);  // NOLINT
 void* __libc_realloc(void*, std::size_t);       // NOLINT
 void __libc_free(void*);                        // NOLINT
 
-void* malloc(std::size_t n) {
+void* malloc(std::size_t n) noexcept {
   if (counting) allocations.fetch_add(1, std::memory_order_relaxed);
   return __libc_malloc(n);
 }
-void* calloc(std::size_t n, std::size_t size) {
+void* calloc(std::size_t n, std::size_t size) noexcept {
   if (counting) allocations.fetch_add(1, std::memory_order_relaxed);
   return __libc_calloc(n, size);
 }
-void* realloc(void* p, std::size_t n) {
+void* realloc(void* p, std::size_t n) noexcept {
   if (counting) allocations.fetch_add(1, std::memory_order_relaxed);
   return __libc_realloc(p, n);
 }
-void free(void* p) { __libc_free(p); }
+void free(void* p) noexcept { __libc_free(p); }
 }
 #endif
 
