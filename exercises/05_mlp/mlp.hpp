@@ -13,7 +13,9 @@
 //
 // Performance rules (the reference step takes ~2 ms on one core): write results into the output
 // arguments (they are preallocated and reused every step), use `.noalias()` on matrix products,
-// and allocate nothing inside forward/backward.
+// and allocate nothing inside forward/backward. Once a step has sized the buffers, a step with the
+// same batch size makes no heap allocation of its own (Eigen's blocked kernel may still take a
+// workspace from the heap for a large product: that one is not yours).
 #pragma once
 
 #include <Eigen/Core>

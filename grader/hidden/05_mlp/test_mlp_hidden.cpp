@@ -1,8 +1,11 @@
 // 05_mlp, instructor-only: the whole model's gradients against finite differences of the loss
-// (ReLU, one and two layers), buffers reused across batch sizes, extreme logits.
+// (ReLU, one and two layers), buffers reused across batch sizes, extreme logits, ReLU's backward
+// under infinite gradients, outputs of the wrong shape. Allocations: test_mlp_hidden_alloc.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <vector>
 
 #include "datasets/random.hpp"
@@ -137,5 +140,84 @@ TEST(HiddenTanh, LargeAndTinyInputs) {
     ASSERT_FALSE(std::isnan(yi)) << "tanh(" << xi << ") is NaN";
     EXPECT_LE(std::abs(yi - want), 1e-5 * std::abs(want))
         << "tanh(" << xi << ") = " << yi << ", want " << want;
+  }
+}
+
+TEST(HiddenReLU, BackwardIsZeroWhereTheInputIsNotPositiveWhateverTheGradient) {
+  // Where x <= 0 the gradient is 0, also when dy there is infinite or NaN (an upstream overflow
+  // must not leak into the inputs that ReLU cut off); where x > 0 dy passes unchanged.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Matrix x(2, 4), dy(2, 4);
+  x << -1.0f, 0.0f, -0.0f, 2.0f,  //
+      -3.0f, 0.5f, -1e-30f, -7.0f;
+  dy << inf, -inf, nan, inf,  //
+      nan, -2.5f, 1e30f, -inf;
+  Matrix dx;
+  mlp::relu_backward(x, dy, dx);
+  ASSERT_EQ(dx.rows(), 2);
+  ASSERT_EQ(dx.cols(), 4);
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    const float xi = x.data()[i], gi = dy.data()[i], di = dx.data()[i];
+    if (xi > 0.0f) {
+      EXPECT_TRUE(di == gi || (std::isnan(di) && std::isnan(gi)))
+          << "element " << i << " (x = " << xi << ", dy = " << gi << "): dx = " << di
+          << ", want dy (the gradient passes where x > 0)";
+    } else {
+      EXPECT_EQ(di, 0.0f) << "element " << i << " (x = " << xi << ", dy = " << gi
+                          << "): dx = " << di << ", want 0: the gradient is 0 where x <= 0 "
+                          << "whatever dy is there (inf * 0 is NaN)";
+    }
+  }
+}
+
+TEST(HiddenShapes, OutputsOfTheRightSizeButTheWrongShapeTakeTheRightShape) {
+  // Every building block, its output preallocated with as many elements as the result but the
+  // transposed shape (and garbage in it): the result must have the documented shape and the values
+  // a fresh output gets.
+  const Matrix x = random_matrix(3, 5, 31), w = random_matrix(2, 5, 32);
+  const Matrix dy = random_matrix(3, 2, 33), z = random_matrix(3, 2, 34);
+  const Matrix logits = random_matrix(3, 4, 35);
+  const mlp::Labels labels = {1, 3, 0};
+  const Matrix probs_fresh = [&] {
+    Matrix p;
+    mlp::softmax_cross_entropy_forward(logits, labels, p);
+    return p;
+  }();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    const char* name;
+    std::function<void(Matrix&)> call;
+  };
+  const std::vector<Case> cases = {
+      {"linear_forward", [&](Matrix& out) { mlp::linear_forward(x, w, out); }},
+      {"linear_backward_weight", [&](Matrix& out) { mlp::linear_backward_weight(x, dy, out); }},
+      {"linear_backward_input", [&](Matrix& out) { mlp::linear_backward_input(w, dy, out); }},
+      {"tanh_forward", [&](Matrix& out) { mlp::tanh_forward(z, out); }},
+      {"tanh_backward",
+       [&](Matrix& out) { mlp::tanh_backward(z.array().tanh().matrix(), dy, out); }},
+      {"relu_forward", [&](Matrix& out) { mlp::relu_forward(z, out); }},
+      {"relu_backward", [&](Matrix& out) { mlp::relu_backward(z, dy, out); }},
+      {"softmax_cross_entropy_forward",
+       [&](Matrix& out) { mlp::softmax_cross_entropy_forward(logits, labels, out); }},
+      {"softmax_cross_entropy_backward",
+       [&](Matrix& out) { mlp::softmax_cross_entropy_backward(probs_fresh, labels, out); }},
+  };
+  for (const Case& c : cases) {
+    Matrix want;
+    c.call(want);
+    ASSERT_GT(want.rows(), 1) << c.name;
+    ASSERT_NE(want.rows(), want.cols()) << c.name;
+    Matrix got = Matrix::Constant(want.cols(), want.rows(), nan);
+    c.call(got);
+    EXPECT_EQ(got.rows(), want.rows())
+        << c.name << ": an output with the right number of elements but the shape " << want.cols()
+        << " x " << want.rows() << " must be resized to " << want.rows() << " x " << want.cols();
+    EXPECT_EQ(got.cols(), want.cols()) << c.name;
+    if (got.rows() == want.rows() && got.cols() == want.cols()) {
+      EXPECT_EQ(got, want) << c.name
+                           << ": the values differ from those written into an empty "
+                              "output";
+    }
   }
 }
