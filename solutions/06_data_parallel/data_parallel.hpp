@@ -65,7 +65,8 @@ class MyDP {
   MyDP(const MyDP&) = delete;
   MyDP& operator=(const MyDP&) = delete;
 
-  /// Rank 0's parameter values to every rank (in place).
+  /// Rank 0's parameter values to every rank (in place): one dist::broadcast from rank 0 per
+  /// parameter, of the parameter's own storage, never a flattened copy of the model.
   void broadcast_parameters();
   /// Waits for every bucket's all-reduce and writes the mean gradients back into the parameters.
   /// Call after backward, before the optimizer step. Throws if some bucket was never started

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
@@ -109,6 +110,87 @@ void two_level_network(Strategy s, bool check_plan) {
 }
 
 }  // namespace
+
+namespace {
+
+// Products with an empty dimension (m, k or n = 0): A.cols() == B.rows(), so nothing is rejected;
+// C is m x n (zero when k = 0), the plan's chunks are empty.
+void empty_dimensions(Strategy s, bool check_plan) {
+  struct Dims {
+    long m, k, n;
+  };
+  const std::vector<Dims> shapes = {{0, 3, 4}, {5, 0, 7}, {2, 3, 0}, {0, 0, 0}, {0, 4, 0}};
+  unsigned seed = 2300 + 100 * static_cast<unsigned>(s);
+  for (int p : world_sizes(s, {1, 3}))
+    for (const Dims& d : shapes) check_case(s, p, d.m, d.k, d.n, seed++, check_plan);
+}
+
+}  // namespace
+
+TEST_P(HiddenValues, EmptyDimensions) { empty_dimensions(GetParam(), false); }
+TEST_P(HiddenPlan, EmptyDimensions) { empty_dimensions(GetParam(), true); }
+
+// matmul.hpp: share_shape throws only when A.cols() != B.rows(): a dimension of 0 is a shape like
+// any other (every rank gets {m, k, n}, one broadcast of 4 int64), and a mismatch that involves
+// an empty dimension still throws on every rank, naming both shapes.
+TEST(HiddenShareShape, EmptyDimensionsAreNotAnError) {
+  struct Case {
+    long ar, ac, br, bc;
+  };
+  const int p = 3;
+  for (const Case c :
+       {Case{0, 3, 3, 4}, Case{5, 0, 0, 7}, Case{2, 3, 3, 0}, Case{0, 0, 0, 0}, Case{0, 3, 2, 0}}) {
+    const std::string a = std::to_string(c.ar) + "x" + std::to_string(c.ac);
+    const std::string b = std::to_string(c.br) + "x" + std::to_string(c.bc);
+    SCOPED_TRACE("A " + a + ", B " + b);
+    const Eigen::MatrixXf A = int_matrix(c.ar, c.ac, 1), B = int_matrix(c.br, c.bc, 2);
+    std::mutex mu;
+    std::vector<std::string> errors(p);
+    std::vector<matmul::Shape> got(p, matmul::Shape{-1, -1, -1});
+    std::vector<RankRecord> recs(p);
+    const dist::LaunchOptions opts = test_options(p);
+    distlab::testing::run_ranks(opts, [&] {
+      dist::barrier();
+      dist::reset_stats();
+      const double t0 = dist::sim_time();
+      const Eigen::MatrixXf empty;
+      matmul::Shape s{-1, -1, -1};
+      std::string error;
+      try {
+        s = dist::rank() == 0 ? matmul::share_shape(A, B) : matmul::share_shape(empty, empty);
+      } catch (const std::invalid_argument& e) {
+        error = e.what();
+      }
+      RankRecord rec;
+      rec.sim_s = dist::sim_time() - t0;
+      rec.stats = dist::stats();
+      std::lock_guard<std::mutex> lock(mu);
+      const auto r = static_cast<std::size_t>(dist::rank());
+      got[r] = s;
+      errors[r] = error;
+      recs[r] = rec;
+    });
+    const bool mismatch = c.ac != c.br;
+    for (int r = 0; r < p; ++r) {
+      const auto k = static_cast<std::size_t>(r);
+      if (mismatch) {
+        EXPECT_TRUE(errors[k].find(a) != std::string::npos &&
+                    errors[k].find(b) != std::string::npos)
+            << "rank " << r << ": A.cols() != B.rows(), so share_shape must throw "
+            << "std::invalid_argument naming both shapes; got '" << errors[k] << "'";
+      } else {
+        EXPECT_EQ(errors[k], "") << "rank " << r << ": A.cols() == B.rows() = " << c.ac
+                                 << ", so the shapes multiply (C is " << c.ar << "x" << c.bc
+                                 << "); an empty dimension is not an error";
+        EXPECT_TRUE(got[k].m == c.ar && got[k].k == c.ac && got[k].n == c.bc)
+            << "rank " << r << " got {" << got[k].m << ", " << got[k].k << ", " << got[k].n
+            << "}, expected {" << c.ar << ", " << c.ac << ", " << c.bc << "}";
+      }
+    }
+    const std::vector<Step> plan{{Step::Broadcast, true, 4}};
+    EXPECT_TRUE(same_traffic(recs, run_plan(plan, opts), describe(plan)));
+  }
+}
 
 TEST_P(HiddenValues, TinyAndEmptyShards) { tiny_and_empty_shards(GetParam(), false); }
 TEST_P(HiddenPlan, TinyAndEmptyShards) { tiny_and_empty_shards(GetParam(), true); }

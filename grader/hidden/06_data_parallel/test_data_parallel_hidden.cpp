@@ -1,7 +1,11 @@
-// 06_data_parallel, instructor-only: more world sizes, the root perturbed, a mid-size bucket cap.
+// 06_data_parallel, instructor-only: more world sizes, the root perturbed, a mid-size bucket cap,
+// and the traffic of check_parameter_closeness, broadcast_parameters and the buckets' all-reduces
+// compared with a run of the collectives data_parallel.hpp describes.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -11,6 +15,82 @@
 #include "dp_harness.hpp"
 
 using dptest::Mode;
+
+namespace {
+
+/// Every rank's counters and simulated seconds over one call, measured from a barrier and
+/// reset_stats() just before it.
+struct Traffic {
+  std::vector<dist::Stats> stats;
+  std::vector<double> sim_s;
+};
+
+/// Runs `before` (not measured), then `measured`, on p ranks of the threads backend.
+Traffic measure(int p, const std::function<void()>& before, const std::function<void()>& measured) {
+  Traffic t;
+  t.stats.resize(static_cast<std::size_t>(p));
+  t.sim_s.resize(static_cast<std::size_t>(p));
+  std::mutex mu;
+  distlab::testing::run_ranks(distlab::testing::threads_options(p, 20000), [&] {
+    before();
+    dist::barrier();
+    dist::reset_stats();
+    const double t0 = dist::sim_time();
+    measured();
+    const double dt = dist::sim_time() - t0;
+    const dist::Stats st = dist::stats();
+    std::lock_guard<std::mutex> g(mu);
+    t.stats[static_cast<std::size_t>(dist::rank())] = st;
+    t.sim_s[static_cast<std::size_t>(dist::rank())] = dt;
+  });
+  return t;
+}
+
+std::string per_peer(const std::vector<std::uint64_t>& v) {
+  std::string out;
+  for (std::uint64_t x : v) out += (out.empty() ? "" : ", ") + std::to_string(x);
+  return "[" + out + "]";
+}
+
+/// "" when every rank's counters equal the plan's (per peer: messages and bytes, sent and
+/// received; the number of built-in collectives) and its simulated time is within 1%; else the
+/// first difference.
+std::string same_traffic(const Traffic& got, const Traffic& plan, const std::string& what) {
+  for (std::size_t r = 0; r < plan.stats.size(); ++r) {
+    const dist::Stats& g = got.stats[r];
+    const dist::Stats& w = plan.stats[r];
+    const std::string head = "rank " + std::to_string(r) + ": ";
+    if (g.builtin_collectives != w.builtin_collectives) {
+      return head + std::to_string(g.builtin_collectives) + " built-in collective calls, but " +
+             what + " makes " + std::to_string(w.builtin_collectives);
+    }
+    if (g.bytes_sent_to != w.bytes_sent_to || g.messages_sent_to != w.messages_sent_to) {
+      return head + "sent " + per_peer(g.bytes_sent_to) + " bytes in " +
+             per_peer(g.messages_sent_to) + " messages to ranks 0..p-1, but " + what + " sends " +
+             per_peer(w.bytes_sent_to) + " bytes in " + per_peer(w.messages_sent_to) + " messages";
+    }
+    if (g.bytes_received_from != w.bytes_received_from ||
+        g.messages_received_from != w.messages_received_from) {
+      return head + "received " + per_peer(g.bytes_received_from) + " bytes in " +
+             per_peer(g.messages_received_from) + " messages from ranks 0..p-1, but " + what +
+             " receives " + per_peer(w.bytes_received_from) + " bytes in " +
+             per_peer(w.messages_received_from) + " messages";
+    }
+    if (!(std::abs(got.sim_s[r] - plan.sim_s[r]) <= 0.01 * plan.sim_s[r])) {
+      return head + std::to_string(got.sim_s[r] * 1e6) + " us of simulated time, " + what +
+             " takes " + std::to_string(plan.sim_s[r] * 1e6) + " us";
+    }
+  }
+  return {};
+}
+
+std::size_t total_numel(const mlp::MLP& model) {
+  std::size_t n = 0;
+  for (const auto* p : model.parameters()) n += static_cast<std::size_t>(p->numel());
+  return n;
+}
+
+}  // namespace
 
 TEST(HiddenEqualsSingleProcess, WorldSizesFiveAndEight) {
   for (int world : {5, 8}) {
@@ -169,5 +249,164 @@ TEST(HiddenMyDP, FinishLeavesTheBucketsReadyForTheNextBackwardOnly) {
       }
     });
     for (const auto& f : log.failures()) ADD_FAILURE() << f;
+  }
+}
+
+TEST(HiddenCloseness, RankZeroGathersDecidesAndBroadcastsTheAnswer) {
+  // data_parallel.hpp: "Rank 0 gathers all ranks' parameters (dist::gather) and decides; the
+  // answer reaches every rank (dist::broadcast)." Every rank's counters and simulated time equal
+  // those of one gather of its parameters to rank 0 and one broadcast of a 32-bit answer
+  // (an all_gather, after which every rank decides for itself, moves world_size times more).
+  const mlp::Config c = dptest::small_config();
+  const std::size_t n = total_numel(mlp::MLP(c, 3));
+  for (int p : {3, 5}) {
+    for (bool perturbed : {false, true}) {
+      SCOPED_TRACE("p=" + std::to_string(p) + (perturbed ? ", last rank perturbed" : ", equal"));
+      std::vector<int> answers(static_cast<std::size_t>(p), -1);
+      std::mutex mu;
+      const Traffic got = measure(
+          p, [] {},
+          [&] {
+            mlp::MLP m(c, 3);
+            if (perturbed && dist::rank() == dist::world_size() - 1)
+              m.parameters()[1]->value(0, 0) += 1.0f;
+            const bool ok = dp::check_parameter_closeness(m, 1e-5f);
+            std::lock_guard<std::mutex> g(mu);
+            answers[static_cast<std::size_t>(dist::rank())] = ok;
+          });
+      const Traffic plan = measure(
+          p, [] {},
+          [&] {
+            const std::vector<float> mine(n, 1.0f);
+            std::vector<float> all(dist::rank() == 0 ? n * static_cast<std::size_t>(p) : 0);
+            dist::gather(std::span<const float>(mine), std::span<float>(all), 0);
+            std::int32_t ok = 1;
+            dist::broadcast(std::span<std::int32_t>(&ok, 1), 0);
+          });
+      for (int r = 0; r < p; ++r)
+        EXPECT_EQ(answers[static_cast<std::size_t>(r)], perturbed ? 0 : 1) << "rank " << r;
+      const std::string diff = same_traffic(
+          got, plan,
+          "a gather of the " + std::to_string(n) +
+              " parameters to rank 0 and a broadcast of the 32-bit answer from rank 0");
+      EXPECT_TRUE(diff.empty()) << diff;
+    }
+  }
+}
+
+TEST(HiddenMyDP, BroadcastParametersSendsEachParameterInPlace) {
+  // data_parallel.hpp: broadcast_parameters is one dist::broadcast from rank 0 per parameter, of
+  // the parameter's own storage: every rank ends with rank 0's values in the same storage, and its
+  // counters and simulated time equal those of one broadcast per parameter (one broadcast of a
+  // flattened copy of the model sends other messages).
+  const mlp::Config c = dptest::small_config();
+  const mlp::MLP probe(c, 1);
+  std::vector<std::size_t> sizes;
+  for (const auto* p : probe.parameters()) sizes.push_back(static_cast<std::size_t>(p->numel()));
+  for (int p : {2, 3, 5}) {
+    SCOPED_TRACE("p=" + std::to_string(p));
+    std::vector<std::unique_ptr<mlp::MLP>> models(static_cast<std::size_t>(p));
+    std::vector<std::unique_ptr<dp::MyDP>> wrapped(static_cast<std::size_t>(p));
+    std::vector<std::vector<const float*>> storage(static_cast<std::size_t>(p));
+    const Traffic got = measure(
+        p,
+        [&] {
+          const auto r = static_cast<std::size_t>(dist::rank());
+          models[r] = std::make_unique<mlp::MLP>(c, 40 + r);
+          wrapped[r] = std::make_unique<dp::MyDP>(*models[r], 0);
+          // Every rank's values differ again; rank 0's are 2 + its seed-40 values.
+          for (auto* q : models[r]->parameters()) {
+            q->value.array() += static_cast<float>(r) + 2.0f;
+            storage[r].push_back(q->value.data());
+          }
+        },
+        [&] { wrapped[static_cast<std::size_t>(dist::rank())]->broadcast_parameters(); });
+    const mlp::MLP rank0(c, 40);
+    for (int r = 0; r < p; ++r) {
+      const auto got_params = models[static_cast<std::size_t>(r)]->parameters();
+      const auto want = rank0.parameters();
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        const mlp::Matrix expect = (want[i]->value.array() + 2.0f).matrix();
+        EXPECT_TRUE(got_params[i]->value == expect)
+            << "rank " << r << ", parameter " << i << ": not rank 0's values";
+        EXPECT_EQ(got_params[i]->value.data(), storage[static_cast<std::size_t>(r)][i])
+            << "rank " << r << ", parameter " << i
+            << ": the values moved to other storage (broadcast them in place)";
+      }
+    }
+    const Traffic plan = measure(
+        p, [] {},
+        [&] {
+          for (std::size_t k : sizes) {
+            std::vector<float> buf(k, 0.0f);
+            dist::broadcast(std::span<float>(buf), 0);
+          }
+        });
+    const std::string diff = same_traffic(
+        got, plan,
+        "one broadcast from rank 0 per parameter (" + std::to_string(sizes.size()) + ")");
+    EXPECT_TRUE(diff.empty()) << diff;
+    wrapped.clear();
+  }
+}
+
+TEST(HiddenMyDP, EachBucketsAllReduceMovesOnlyItsGradients) {
+  // data_parallel.hpp: the hook starts dist::all_reduce_async (mean) on the bucket's buffer, which
+  // holds "the bucket's gradients, flattened": the traffic of backward and finish_gradient_sync is
+  // that of one all-reduce per bucket of exactly its parameters' floats (a buffer padded to the
+  // cap moves the padding too).
+  mlp::Config c = dptest::small_config();
+  c.n_layers = 4;
+  const mlp::MLP probe(c, 1);
+  const std::size_t mid = (16 * 5 + 16 * 16) * sizeof(float) + 100;
+  for (std::size_t cap : {std::size_t{0}, mid, dp::kDefaultBucketCap}) {
+    SCOPED_TRACE("cap " + std::to_string(cap));
+    const auto layout = dptest::expected_buckets(probe, cap);
+    std::vector<std::size_t> counts;
+    for (const auto& b : layout) {
+      std::size_t k = 0;
+      for (int i : b)
+        k += static_cast<std::size_t>(probe.parameters()[static_cast<std::size_t>(i)]->numel());
+      counts.push_back(k);
+    }
+    const int p = 3;
+    std::vector<std::unique_ptr<mlp::MLP>> models(p);
+    std::vector<std::unique_ptr<dp::MyDP>> wrapped(p);
+    std::vector<mlp::Matrix> inputs(p), probs(p), dlogits(p);  // forward keeps a view of its input
+    std::vector<mlp::Labels> labels(p);
+    const Traffic got = measure(
+        p,
+        [&] {
+          const auto r = static_cast<std::size_t>(dist::rank());
+          models[r] = std::make_unique<mlp::MLP>(c, 7);
+          wrapped[r] = std::make_unique<dp::MyDP>(*models[r], cap);
+          inputs[r] =
+              mlp::Matrix::Constant(c.batch_size, c.dim_in, 0.1f * static_cast<float>(r + 1));
+          labels[r] = mlp::Labels(static_cast<std::size_t>(c.batch_size),
+                                  static_cast<std::int32_t>(r) % c.n_classes);
+          mlp::softmax_cross_entropy_forward(models[r]->forward(inputs[r]), labels[r], probs[r]);
+          mlp::softmax_cross_entropy_backward(probs[r], labels[r], dlogits[r]);
+        },
+        [&] {
+          const auto r = static_cast<std::size_t>(dist::rank());
+          models[r]->backward(dlogits[r]);
+          wrapped[r]->finish_gradient_sync();
+        });
+    const Traffic plan = measure(
+        p, [] {},
+        [&] {
+          std::vector<std::vector<float>> bufs;
+          for (std::size_t k : counts) bufs.emplace_back(k, 1.0f);
+          std::vector<dist::Work> works;
+          for (auto& b : bufs)
+            works.push_back(dist::all_reduce_async(std::span<float>(b), dist::ReduceOp::Avg));
+          for (auto& w : works) w.wait();
+        });
+    std::string sizes;
+    for (std::size_t k : counts) sizes += (sizes.empty() ? "" : ", ") + std::to_string(k);
+    const std::string diff = same_traffic(
+        got, plan, "one averaging all-reduce per bucket of its gradients (" + sizes + " floats)");
+    EXPECT_TRUE(diff.empty()) << diff;
+    wrapped.clear();
   }
 }
