@@ -256,6 +256,43 @@ TEST(HiddenProcesses, OneChildAtATime) {
                                "another";
 }
 
+// The number of threads of this process now (/proc/self/status), -1 where it cannot be read.
+int threads_now() {
+  std::ifstream f("/proc/self/status");
+  std::string key;
+  while (f >> key) {
+    if (key == "Threads:") {
+      int n = -1;
+      f >> n;
+      return n;
+    }
+    std::getline(f, key);
+  }
+  return -1;
+}
+
+TEST(HiddenTrajectories, ComputedOnNWorkers) {
+  // "computed on n_workers (use parallel_for)": while 2000 trajectories of 1000 steps are
+  // computed with 4 workers, this process has 4 threads more than before (a watcher counts them).
+  const int before = threads_now();
+  if (before < 0) GTEST_SKIP() << "/proc/self/status is not available here";
+  threads::OdeConfig cfg;
+  cfg.n_trajectories = 2000;
+  cfg.steps = 1000;
+  std::atomic<bool> done{false};
+  std::atomic<int> most{0};
+  std::thread watcher([&] {
+    while (!done.load()) most.store(std::max(most.load(), threads_now()));
+  });
+  const auto got = threads::generate_trajectories(cfg, 4);
+  done.store(true);
+  watcher.join();
+  ASSERT_EQ(got.size(), cfg.n_trajectories * static_cast<std::size_t>(cfg.steps + 1));
+  EXPECT_GE(most.load() - (before + 1), 4)
+      << "at most " << most.load() - (before + 1) << " threads worked on the trajectories; with 4 "
+      << "workers, parallel_for's pool has 4";
+}
+
 // A child that calls exit() instead of _exit() runs the parent's exit handlers (and flushes the
 // stdio buffers it copied): one handler, registered once, writes a byte to a pipe when it runs in
 // a process other than this one.

@@ -106,6 +106,32 @@ TEST(HiddenEqualsSingleProcess, WorldSizesFiveAndEight) {
   }
 }
 
+TEST(HiddenCloseness, EveryElementIsComparedTheFirstAndTheLast) {
+  // "for every element": a difference in the very first or the very last element of any
+  // parameter, on the last rank, makes the replicas not close on every rank.
+  const mlp::MLP probe(dptest::small_config(), 3);
+  const std::size_t n_params = probe.parameters().size();
+  for (std::size_t k = 0; k < n_params; ++k) {
+    for (bool last : {false, true}) {
+      std::mutex mu;
+      std::vector<int> answers(3, -1);
+      distlab::testing::run_ranks(3, [&] {
+        mlp::MLP model(dptest::small_config(), 3);
+        mlp::Matrix& v = model.parameters()[k]->value;
+        if (dist::rank() == 2) v.data()[last ? v.size() - 1 : 0] += 1.0f;
+        const bool ok = dp::check_parameter_closeness(model, 1e-4f);
+        std::lock_guard<std::mutex> g(mu);
+        answers[static_cast<std::size_t>(dist::rank())] = ok;
+      });
+      for (int r = 0; r < 3; ++r) {
+        EXPECT_EQ(answers[static_cast<std::size_t>(r)], 0)
+            << "rank " << r << ": parameter " << k << "'s " << (last ? "last" : "first")
+            << " element differs on rank 2, so the replicas are not close";
+      }
+    }
+  }
+}
+
 TEST(HiddenCloseness, PerturbedRootIsSeenByEveryRank) {
   std::mutex mu;
   std::vector<int> answers(5, -1);

@@ -326,4 +326,16 @@ TEST(HiddenAsyncLog, WaitingWorkersAreStoppedBeforeTheOthersPushAgain) {
       << run.done_s[static_cast<std::size_t>(last - 1)] << " s)";
 }
 
+TEST(HiddenAsyncLog, ZeroUpdatesApplyNothing) {
+  // "it applies exactly options.updates gradients": with 0, no gradient is applied or logged, the
+  // weights stay as they were, and every worker is stopped after its first push.
+  const mlp::Config c = small_config();
+  const AsyncRun run = run_async(c, data_for(c), 2, 0, -1, 1e-3, 1.0);
+  EXPECT_TRUE(run.log.source.empty()) << run.log.source.size() << " updates logged, 0 asked for";
+  EXPECT_TRUE(run.log.time.empty());
+  mlp::MLP model(c, c.seed + 2);
+  EXPECT_EQ(run.weights, ps::flat_values(model)) << "0 updates: the weights must not change";
+  for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(run.pushed[k], 1) << "worker " << k;
+}
+
 }  // namespace

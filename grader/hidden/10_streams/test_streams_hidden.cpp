@@ -2,6 +2,12 @@
 // caps (one bucket per layer, one bucket for all) and networks, against the same closed forms.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
 #include "streams_harness.hpp"
 
 namespace {
@@ -256,6 +262,56 @@ TEST(HiddenAnalyze, EmptyHostOnlyAndZeroLengthPrograms) {
       {kernel("w", 1, 0, {}, {0}), record(0, 1), wait_on(0, 0), kernel("r", 0, 0, {0}, {})});
   const std::string d2 = analysis_mismatch(zero, analyze(zero), device_replay(zero), true, true);
   EXPECT_TRUE(d2.empty()) << d2;
+}
+
+/// Rank 0's spans on one stream in the Chrome trace (names, in time order).
+std::vector<std::string> rank0_stream(const std::string& path, const std::string& stream) {
+  std::ifstream f(path);
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  long tid = -1;
+  for (const auto& ev : doc.at("traceEvents")) {
+    if (ev.value("name", "") == "thread_name" &&
+        ev.at("args").value("name", "") == "rank 0 stream " + stream)
+      tid = ev.at("tid").get<long>();
+  }
+  std::vector<std::pair<double, std::string>> spans;
+  for (const auto& ev : doc.at("traceEvents")) {
+    if (ev.value("ph", "") == "X" && ev.at("tid").get<long>() == tid)
+      spans.emplace_back(ev.at("ts").get<double>(), ev.value("name", ""));
+  }
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> out;
+  for (const auto& sp : spans) out.push_back(sp.second);
+  return out;
+}
+
+TEST(HiddenOverlap, BackwardLastLayerFirstAndOneWaitPerBucket) {
+  // streams.hpp: every layer's backward kernel runs on compute, last layer first (with and without
+  // overlap); docs/10_streams.md: comm is told about the gradients once per bucket, no more often.
+  const StepConfig c = small_step();
+  const std::size_t layers = c.layer_floats.size(), buckets = expected_buckets(c).size();
+  for (bool overlap : {true, false}) {
+    dist::LaunchOptions o = threads_options(2);
+    o.trace_path = ::testing::TempDir() + "distlab_10_order_" + std::to_string(overlap) + ".json";
+    run_steps(c, overlap, 1, o);
+    std::vector<std::string> backward;
+    for (const std::string& name : rank0_stream(o.trace_path, "compute"))
+      if (name.find("'backward ") != std::string::npos) backward.push_back(name);
+    ASSERT_EQ(backward.size(), layers) << (overlap ? "overlap" : "no overlap");
+    for (std::size_t k = 0; k < layers; ++k) {
+      EXPECT_EQ(backward[k], "kernel 'backward " + std::to_string(layers - 1 - k) + "'")
+          << (overlap ? "overlap" : "no overlap") << ": backward kernel " << k
+          << " on compute; the layers go last layer first";
+    }
+    if (overlap) {
+      std::size_t waits = 0;
+      for (const std::string& name : rank0_stream(o.trace_path, "comm"))
+        if (name.rfind("wait event", 0) == 0) ++waits;
+      EXPECT_EQ(waits, buckets) << "comm waits on an event once per bucket (" << buckets
+                                << " buckets), no more often";
+    }
+  }
 }
 
 }  // namespace

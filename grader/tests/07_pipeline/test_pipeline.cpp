@@ -447,7 +447,7 @@ TEST(StageSplit, BThenWEqualsTheBackward) {
       dlogits *= 0.5f;
       dls.push_back(dlogits);
     }
-    const std::int64_t held1 = s1.meter().bytes();
+    const std::int64_t held1 = s1.meter().bytes(), held0 = s0.meter().bytes();
     s1.backward_input(dls[0], 0, dx1);
     EXPECT_EQ(s1.meter().microbatches(), 2) << "after B the microbatch stays stashed until its W";
     if (!recompute) {
@@ -462,6 +462,11 @@ TEST(StageSplit, BThenWEqualsTheBackward) {
     dx0 = sentinel();
     s0.backward_input(dx1, 0, dx0);
     EXPECT_TRUE(left_alone(dx0)) << "the first stage's B leaves dx alone";
+    if (!recompute) {
+      EXPECT_EQ(s0.meter().bytes(), held0)
+          << "stage 0 (its output is the next stage's input): after B the microbatch stays "
+             "stashed with the same bytes until its W";
+    }
     s1.backward_input(dls[1], 1, dx1);
     s0.backward_input(dx1, 1, dx0);
     s1.backward_weight(1);
