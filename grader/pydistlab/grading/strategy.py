@@ -29,8 +29,7 @@ from ..paths import ROOT, rel
 from ..results import Mode
 from .plan import TreePlan
 
-
-#: The target of the module libraries' precompiled kit headers (DISTLAB_PCH, GCC only).
+#: The target of the module libraries' precompiled kit headers (DISTLAB_PCH; GCC and clang).
 PCH_TARGET = "distlab_pch_lib"
 
 
