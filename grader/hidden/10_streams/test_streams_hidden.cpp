@@ -2,12 +2,10 @@
 // caps (one bucket per layer, one bucket for all) and networks, against the same closed forms.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <fstream>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "distlab_trace.hpp"
 #include "streams_harness.hpp"
 
 namespace {
@@ -264,25 +262,11 @@ TEST(HiddenAnalyze, EmptyHostOnlyAndZeroLengthPrograms) {
   EXPECT_TRUE(d2.empty()) << d2;
 }
 
-/// Rank 0's spans on one stream in the Chrome trace (names, in time order).
+/// The names of rank 0's spans on one stream of the Chrome trace, in time order.
 std::vector<std::string> rank0_stream(const std::string& path, const std::string& stream) {
-  std::ifstream f(path);
-  const nlohmann::json doc = nlohmann::json::parse(f);
-  long tid = -1;
-  for (const auto& ev : doc.at("traceEvents")) {
-    if (ev.value("name", "") == "thread_name" &&
-        ev.at("args").value("name", "") == "rank 0 stream " + stream)
-      tid = ev.at("tid").get<long>();
-  }
-  std::vector<std::pair<double, std::string>> spans;
-  for (const auto& ev : doc.at("traceEvents")) {
-    if (ev.value("ph", "") == "X" && ev.at("tid").get<long>() == tid)
-      spans.emplace_back(ev.at("ts").get<double>(), ev.value("name", ""));
-  }
-  std::stable_sort(spans.begin(), spans.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string> out;
-  for (const auto& sp : spans) out.push_back(sp.second);
+  for (const auto& sp : distlab::testing::trace_spans(path, "rank 0 stream " + stream))
+    out.push_back(sp.name);
   return out;
 }
 

@@ -3,15 +3,12 @@
 // same closed forms and single-process Adam.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <fstream>
 #include <limits>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "distlab_trace.hpp"
 #include "fsdp_harness.hpp"
 
 namespace {
@@ -179,29 +176,8 @@ TEST(HiddenBf16, ValuesBytesMemoryAndTimeOnOtherWorldSizes) {
   }
 }
 
-/// One stream's spans of rank 0 in the Chrome trace (name, start, end in seconds), in time order.
-struct Span {
-  std::string name;
-  double t0, t1;
-};
-std::vector<Span> rank0_spans(const std::string& path, const std::string& stream) {
-  std::ifstream f(path);
-  const nlohmann::json doc = nlohmann::json::parse(f);
-  long tid = -1;
-  for (const auto& ev : doc.at("traceEvents")) {
-    if (ev.value("name", "") == "thread_name" &&
-        ev.at("args").value("name", "") == "rank 0 stream " + stream)
-      tid = ev.at("tid").get<long>();
-  }
-  std::vector<Span> out;
-  for (const auto& ev : doc.at("traceEvents")) {
-    if (ev.value("ph", "") != "X" || ev.at("tid").get<long>() != tid) continue;
-    const double t0 = ev.at("ts").get<double>() * 1e-6;
-    out.push_back({ev.value("name", ""), t0, t0 + ev.at("dur").get<double>() * 1e-6});
-  }
-  std::sort(out.begin(), out.end(), [](const Span& a, const Span& b) { return a.t0 < b.t0; });
-  return out;
-}
+using distlab::testing::trace_spans;
+using distlab::testing::TraceSpan;
 
 TEST(HiddenOrder, ForwardGathersStartAfterTheUnitLaunchedLast) {
   // fsdp.hpp: a gather starts only after the kernel of the unit launched last before it was issued
@@ -218,20 +194,20 @@ TEST(HiddenOrder, ForwardGathersStartAfterTheUnitLaunchedLast) {
         ::testing::TempDir() + "distlab_11_gathers_" + std::to_string(k) + ".json";
     run(c, 2, 1, fast, path);
     const int units = c.model.n_layers;
-    std::vector<Span> forwards, gathers;
-    for (const Span& s : rank0_spans(path, "compute"))
+    std::vector<TraceSpan> forwards, gathers;
+    for (const TraceSpan& s : trace_spans(path, "rank 0 stream compute"))
       if (s.name.find("'forward ") != std::string::npos) forwards.push_back(s);
-    for (const Span& s : rank0_spans(path, "comm"))
+    for (const TraceSpan& s : trace_spans(path, "rank 0 stream comm"))
       if (s.name.find("all_gather") != std::string::npos) gathers.push_back(s);
     ASSERT_GE(forwards.size(), static_cast<std::size_t>(units)) << "prefetch " << k;
     ASSERT_GE(gathers.size(), static_cast<std::size_t>(units)) << "prefetch " << k;
     for (int u = 0; u < units; ++u) {
-      const Span& g = gathers[static_cast<std::size_t>(u)];
+      const TraceSpan& g = gathers[static_cast<std::size_t>(u)];
       if (u <= k) {
         EXPECT_LT(g.t0, forwards[0].t1)
             << "prefetch " << k << ": forward's gather of unit " << u << " waits for nothing";
       } else {
-        const Span& f = forwards[static_cast<std::size_t>(u - k - 1)];
+        const TraceSpan& f = forwards[static_cast<std::size_t>(u - k - 1)];
         EXPECT_GE(g.t0, f.t1 - 1e-12)
             << "prefetch " << k << ": the gather of unit " << u << " (issued when unit " << u - k
             << " was launched) must start after the forward of unit " << u - k - 1
