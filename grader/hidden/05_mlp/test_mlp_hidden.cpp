@@ -11,17 +11,13 @@
 #include "datasets/random.hpp"
 #include "distlab_testing.hpp"
 #include "mlp.hpp"
+#include "mlp_test_data.hpp"
 
 using mlp::Matrix;
 
 namespace {
 
-Matrix random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint64_t seed) {
-  datasets::Rng rng(seed);
-  Matrix m(rows, cols);
-  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = rng.normal();
-  return m;
-}
+using mlptest::random_matrix;
 
 double model_loss(mlp::MLP& model, const Matrix& x, const mlp::Labels& y) {
   Matrix probs;

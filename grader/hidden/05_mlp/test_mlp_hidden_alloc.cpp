@@ -17,6 +17,7 @@
 
 #include "datasets/random.hpp"
 #include "mlp.hpp"
+#include "mlp_test_data.hpp"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define DISTLAB_COUNTS_ALLOCATIONS 0
@@ -65,12 +66,7 @@ using mlp::Matrix;
 
 namespace {
 
-Matrix random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint64_t seed) {
-  datasets::Rng rng(seed);
-  Matrix m(rows, cols);
-  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = rng.normal();
-  return m;
-}
+using mlptest::random_matrix;
 
 /// The heap allocations f makes on this thread.
 template <class F>

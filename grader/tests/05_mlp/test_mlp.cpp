@@ -15,6 +15,7 @@
 #include "datasets/random.hpp"
 #include "distlab_testing.hpp"
 #include "mlp.hpp"
+#include "mlp_test_data.hpp"
 #include "mlp_golden_cases.hpp"
 
 using distlab::testing::elements_near;
@@ -22,12 +23,7 @@ using mlp::Matrix;
 
 namespace {
 
-Matrix random_matrix(Eigen::Index rows, Eigen::Index cols, std::uint64_t seed, float scale = 1.0f) {
-  datasets::Rng rng(seed);
-  Matrix m(rows, cols);
-  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = scale * rng.normal();
-  return m;
-}
+using mlptest::random_matrix;
 
 std::span<const float> span_of(const Matrix& m) {
   return {m.data(), static_cast<std::size_t>(m.size())};
