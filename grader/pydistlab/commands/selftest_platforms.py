@@ -187,7 +187,7 @@ def step_clang(t: Tally) -> None:
     bdir = CLANG_DIR / "solutions"
     cache = dict(_clang_cache(clang), CMAKE_PREFIX_PATH=str(prefix), DISTLAB_IMPL="solutions",
                  DISTLAB_ARCH="portable", DISTLAB_BUILD_TESTS="ON", DISTLAB_WITH_MPI="OFF",
-                 DISTLAB_WITH_NCCL="OFF")
+                 DISTLAB_WITH_NCCL="OFF", DISTLAB_PCH="OFF")   # built once: no precompiled header
     # Warnings are errors here: a warning in an object built by an earlier run still fails it.
     cache["CMAKE_CXX_FLAGS"] = f"{LIBCXX} -Werror"
     cmake.configure(ROOT, bdir, cache, quiet=True)

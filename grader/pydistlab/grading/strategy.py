@@ -166,6 +166,10 @@ class Sandboxed(BuildStrategy):
         the submission's objects, under the object-size limit)."""
         if PCH_TARGET not in cmake.targets(self.build_dir):
             return
+        # Up to date (ninja -n runs nothing): no sandbox needs to start for it.
+        idle = cmake.build(self.build_dir, [PCH_TARGET], dry_run=True)
+        if idle.ok and "no work to do" in idle.output:
+            return
         say.status(f"precompiling the kit's headers{label}")
         r = cmake.build(self.build_dir, [PCH_TARGET], prefix=self.trusted_prefix)
         if not r.ok:

@@ -53,6 +53,18 @@ class BuildPlan:
 
     @staticmethod
     def read(src: Path, build: Path) -> BuildPlan:
+        # The compile database is a function of the ninja files alone, so it is read once per
+        # build tree and state of those files (`./distlab mutants` grades hundreds of submissions
+        # in one tree: reading it costs about a second each time).
+        key = (str(src), str(build), *_ninja_stamp(build))
+        if key not in _PLANS:
+            _PLANS.clear()
+            _PLANS[key] = BuildPlan._read(src, build)
+        plan = _PLANS[key]
+        return BuildPlan(src, build, dict(plan.objects), dict(plan.commands))
+
+    @staticmethod
+    def _read(src: Path, build: Path) -> BuildPlan:
         r = subprocess.run(["ninja", "-C", str(build), "-t", "compdb"], capture_output=True, text=True,
                            errors="replace", stdin=subprocess.DEVNULL)
         plan = BuildPlan(src, build)
@@ -87,6 +99,22 @@ class BuildPlan:
                 top = parts.index("CMakeFiles") if "CMakeFiles" in parts else 0
                 dirs.add(self.build / Path(*(parts[:top] if whole and top > 0 else parts[:cut + 1])))
         return sorted(dirs)
+
+
+_PLANS: dict[tuple[object, ...], BuildPlan] = {}
+
+
+def _ninja_stamp(build: Path) -> tuple[int, ...]:
+    """(mtime_ns, size) of the ninja files the compile database is made from; zeros where one is
+    missing (a tree not configured yet)."""
+    out: list[int] = []
+    for p in (build / "build.ninja", build / "CMakeFiles" / "rules.ninja"):
+        try:
+            st = p.stat()
+            out += [st.st_mtime_ns, st.st_size, st.st_ino]
+        except OSError:
+            out += [0, 0, 0]
+    return tuple(out)
 
 
 def build_view(plan: BuildPlan, untrusted: bool, hide_sources: tuple[str, ...] = (),
