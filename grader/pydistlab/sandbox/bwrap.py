@@ -105,8 +105,8 @@ _PLANS: dict[tuple[object, ...], BuildPlan] = {}
 
 
 def _ninja_stamp(build: Path) -> tuple[int, ...]:
-    """(mtime_ns, size) of the ninja files the compile database is made from; zeros where one is
-    missing (a tree not configured yet)."""
+    """(mtime_ns, size, inode) of each ninja file the compile database is made from; zeros where
+    one is missing (a tree not configured yet)."""
     out: list[int] = []
     for p in (build / "build.ninja", build / "CMakeFiles" / "rules.ninja"):
         try:
