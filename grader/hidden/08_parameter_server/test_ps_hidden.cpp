@@ -493,7 +493,7 @@ TEST(HiddenAsyncLog, LatePushesAreStoppedAsTheyArrive) {
     };
     const int last = run.log.source.back();
     if (last == 1 || run.pushed[0] != applied(1) + 1) continue;  // the straggler not computing
-    const int other = last == 2 ? 3 : 2;                          // the fast one computing
+    const int other = last == 2 ? 3 : 2;                         // the fast one computing
     ASSERT_EQ(run.pushed[static_cast<std::size_t>(other - 1)], applied(other) + 1);
     const std::size_t bytes = (run.weights.size() + 1) * sizeof(float);
     const dist::NetworkModel net;
