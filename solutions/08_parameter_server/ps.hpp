@@ -79,7 +79,9 @@ void pull_weights(std::span<float> weights, const Layout& layout);
 /// Server: one synchronous step on its `shard` of the weights. Receives every worker's gradient
 /// for this shard (kGradTag), averages them (the sum over the workers divided by the number of
 /// workers, summed with dist::reduce_into), applies SGD (shard -= learning_rate * mean) and sends
-/// the new shard to every worker (kWeightsTag).
+/// the new shard to every worker (kWeightsTag). The parts are added in worker order (0, 1, ...)
+/// whatever order they arrive in: float addition is not associative, and a fixed order gives the
+/// same bits on every run and backend.
 void server_step(std::span<float> shard, float learning_rate, const Layout& layout);
 
 // ---- Tasks 3 and 4: asynchronous and bounded staleness (one server, rank 0) --------------------

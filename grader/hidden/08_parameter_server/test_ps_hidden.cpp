@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <mutex>
 #include <vector>
 
 #include "ps_harness.hpp"
@@ -336,6 +337,181 @@ TEST(HiddenAsyncLog, ZeroUpdatesApplyNothing) {
   mlp::MLP model(c, c.seed + 2);
   EXPECT_EQ(run.weights, ps::flat_values(model)) << "0 updates: the weights must not change";
   for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(run.pushed[k], 1) << "worker " << k;
+}
+
+// One synchronous step of `servers` servers and 3 workers on hand-made gradients, worker w
+// computing (3 - w) ms first, so the parts reach the servers in reverse worker order. Returns
+// every rank's values after the step (a server: its shard; a worker: the pulled weights).
+std::vector<std::vector<float>> reverse_arrival_step(const std::vector<std::vector<float>>& grads,
+                                                     int servers) {
+  const int workers = static_cast<int>(grads.size());
+  const std::size_t n = grads[0].size();
+  std::vector<std::vector<float>> out(static_cast<std::size_t>(workers + servers));
+  std::mutex mu;
+  run_ranks(threads_options(workers + servers, 20000), [&] {
+    const int rank = dist::rank();
+    const ps::Layout layout{servers, dist::world_size()};
+    std::vector<float> got;
+    if (layout.is_server(rank)) {
+      const ps::Range r = ps::shard_range(n, servers, rank);
+      got.assign(r.size(), 0.0f);
+      ps::server_step(got, 1.0f, layout);
+    } else {
+      const int k = layout.worker_index(rank);
+      dist::sim_compute(1e-3 * (workers - k));
+      ps::push_gradients(grads[static_cast<std::size_t>(k)], layout);
+      got.assign(n, 0.0f);
+      ps::pull_weights(got, layout);
+    }
+    std::lock_guard<std::mutex> g(mu);
+    out[static_cast<std::size_t>(rank)] = std::move(got);
+  });
+  return out;
+}
+
+TEST(HiddenSyncValues, PartsAreAddedInWorkerOrderWhateverTheArrival) {
+  // ps.hpp: "The parts are added in worker order (0, 1, ...) whatever order they arrive in". The
+  // workers' parts arrive in reverse worker order (uneven compute), and the values make the float
+  // sum depend on the order: ((g0 + g1) + g2) with g1 = 1e8 and g2 = 8 - 1e8 loses g0 (smaller
+  // than half a float step at 1e8), (g2 + g1) + g0 keeps it.
+  const int workers = 3;
+  const std::size_t n = 7;
+  std::vector<std::vector<float>> grads(workers, std::vector<float>(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    grads[0][i] = 1.0f + static_cast<float>(i % 3);
+    grads[1][i] = 1e8f * static_cast<float>(1 + i % 2);
+    grads[2][i] = -grads[1][i] + 8.0f * static_cast<float>(1 + i % 2);  // exact in float
+  }
+  std::vector<float> want(n);  // lr = 1 from weights 0: -(sum in worker order / workers)
+  for (std::size_t i = 0; i < n; ++i) {
+    float sum = 0.0f;
+    for (int w = 0; w < workers; ++w) sum += grads[static_cast<std::size_t>(w)][i];
+    want[i] = 0.0f - 1.0f * (sum / static_cast<float>(workers));
+  }
+  for (int servers : {1, 2}) {
+    const auto out = reverse_arrival_step(grads, servers);
+    for (int j = 0; j < servers; ++j) {
+      const ps::Range r = ps::shard_range(n, servers, j);
+      const std::vector<float> shard(want.begin() + static_cast<std::ptrdiff_t>(r.begin),
+                                     want.begin() + static_cast<std::ptrdiff_t>(r.end));
+      EXPECT_EQ(out[static_cast<std::size_t>(j)], shard)
+          << servers << " server(s), server " << j
+          << ": the parts arrived in reverse worker order; the sum must add them in worker order "
+             "(bit for bit: float addition is not associative)";
+    }
+    for (int w = 0; w < workers; ++w) {
+      EXPECT_EQ(out[static_cast<std::size_t>(servers + w)], want)
+          << servers << " server(s), worker " << w << ": the pulled weights";
+    }
+  }
+}
+
+TEST(HiddenTraffic, MoreServersThanParameters) {
+  // 3 parameters over 5 servers: servers 3 and 4 own empty shards, and still every worker sends
+  // one message to every server and every server one message back to every worker (0 bytes).
+  const std::size_t n = 3;
+  const int servers = 5, workers = 2, steps = 2, world = servers + workers;
+  std::vector<dist::Stats> stats(static_cast<std::size_t>(world));
+  std::vector<std::vector<float>> weights(static_cast<std::size_t>(workers));
+  std::mutex mu;
+  run_ranks(threads_options(world, 20000), [&] {
+    const int rank = dist::rank();
+    const ps::Layout layout{servers, dist::world_size()};
+    std::vector<float> w(n, 1.0f);
+    if (layout.is_server(rank)) {
+      const ps::Range r = ps::shard_range(n, servers, rank);
+      std::vector<float> shard(r.size(), 1.0f);
+      for (int s = 0; s < steps; ++s) ps::server_step(shard, 0.5f, layout);
+    } else {
+      const int k = layout.worker_index(rank);
+      const std::vector<float> grad(n, static_cast<float>(k + 1));  // mean 1.5
+      for (int s = 0; s < steps; ++s) {
+        ps::push_gradients(grad, layout);
+        ps::pull_weights(w, layout);
+      }
+    }
+    std::lock_guard<std::mutex> g(mu);
+    stats[static_cast<std::size_t>(rank)] = dist::stats();
+    if (!layout.is_server(rank)) weights[static_cast<std::size_t>(rank - servers)] = w;
+  });
+  for (int k = 0; k < workers; ++k) {
+    EXPECT_EQ(weights[static_cast<std::size_t>(k)], std::vector<float>(n, 1.0f - 2 * 0.5f * 1.5f))
+        << "worker " << k;
+  }
+  for (int r = 0; r < world; ++r) {
+    const dist::Stats& st = stats[static_cast<std::size_t>(r)];
+    ASSERT_EQ(st.messages_sent_to.size(), static_cast<std::size_t>(world)) << "rank " << r;
+    for (int q = 0; q < world; ++q) {
+      const bool talk = (r < servers) != (q < servers);
+      const int server = r < servers ? r : q;
+      const std::uint64_t bytes = talk ? steps * 4 * ps::shard_range(n, servers, server).size() : 0;
+      EXPECT_EQ(st.messages_sent_to[static_cast<std::size_t>(q)], talk ? steps : 0u)
+          << "3 parameters over 5 servers (server " << server << "'s shard has "
+          << ps::shard_range(n, servers, server).size() << "): rank " << r << " -> " << q
+          << ": one message per step each way between every worker and every server, also for an "
+             "empty shard";
+      EXPECT_EQ(st.bytes_sent_to[static_cast<std::size_t>(q)], bytes)
+          << "rank " << r << " -> " << q;
+    }
+  }
+}
+
+TEST(HiddenSsp, OneUpdateReleasesEveryWorkerItLetsGoOn) {
+  // Lock-step (s = 0) with equal workers: the last push of a round lets all three go on, and
+  // they are all answered right after that one update, so the next round's three pushes arrive
+  // within a few message times of each other, not one gradient apart.
+  const mlp::Config c = other_config();
+  const double compute_s = 1e-3;
+  const AsyncRun run = run_async(c, data_for(c), 3, 15, 0, compute_s, 1.0);
+  ASSERT_EQ(run.log.time.size(), 15u);
+  const std::size_t bytes = (run.weights.size() + 1) * sizeof(float);
+  const dist::NetworkModel net;
+  const double msg = net.message_cost(0, 1, bytes);
+  ASSERT_LT(6 * msg, compute_s / 2) << "the test needs messages much shorter than a gradient";
+  for (std::size_t round = 1; round < 5; ++round) {
+    const double spread = run.log.time[3 * round + 2] - run.log.time[3 * round];
+    EXPECT_LE(spread, 6 * msg + 1e-12)
+        << "round " << round << ": its three updates span " << spread * 1e6
+        << " us; released together after the previous round's last update, the three workers "
+           "compute at the same time (a gradient is "
+        << compute_s * 1e6 << " us, a message " << msg * 1e6 << " us)";
+  }
+}
+
+TEST(HiddenAsyncLog, LatePushesAreStoppedAsTheyArrive) {
+  // A 4x straggler is worker 0 (the lowest index), the two others are fast. At the last update
+  // one fast worker is waiting and the other still computing: that one is stopped when its push
+  // arrives, not after the straggler's (a later push of a lower worker index).
+  const mlp::Config c = small_config();
+  const double compute_s = 1e-3;
+  int cases = 0;
+  for (int updates = 10; updates <= 24; ++updates) {
+    const AsyncRun run = run_async(c, data_for(c), 3, updates, -1, compute_s, 1.0, {4.0, 1.0, 1.0});
+    ASSERT_EQ(run.log.source.size(), static_cast<std::size_t>(updates));
+    const auto applied = [&](int rank) {
+      return static_cast<int>(std::count(run.log.source.begin(), run.log.source.end(), rank));
+    };
+    const int last = run.log.source.back();
+    if (last == 1 || run.pushed[0] != applied(1) + 1) continue;  // the straggler not computing
+    const int other = last == 2 ? 3 : 2;                         // the fast one computing
+    ASSERT_EQ(run.pushed[static_cast<std::size_t>(other - 1)], applied(other) + 1);
+    const std::size_t bytes = (run.weights.size() + 1) * sizeof(float);
+    const dist::NetworkModel net;
+    const double msg = net.message_cost(1, 0, bytes);
+    // Its push arrives at most a gradient and a message after the last update; the server then
+    // has sent one stop reply (to the waiting worker) and sends this one.
+    const double bound = run.log.time.back() + compute_s + 3 * msg + 1e-9;
+    if (run.done_s[0] <= bound) continue;  // the straggler's push arrives early enough anyway
+    ++cases;
+    EXPECT_LE(run.done_s[static_cast<std::size_t>(other - 1)], bound)
+        << updates << " updates: worker rank " << other << " was computing at the last update ("
+        << run.log.time.back() << " s); its push arrives within a gradient (" << compute_s
+        << " s) and must be answered with the stop reply at once, not after the straggler's "
+           "push (rank 1 returned at "
+        << run.done_s[0] << " s, rank " << other << " at "
+        << run.done_s[static_cast<std::size_t>(other - 1)] << " s)";
+  }
+  EXPECT_GE(cases, 3) << "the test needs runs where the straggler pushes after a fast worker";
 }
 
 }  // namespace

@@ -173,8 +173,11 @@ struct AsyncRun {
   std::vector<std::vector<float>> update_weights;  // (version, weights), in call order
 };
 
+/// `factors`, when given: worker k's compute factor (one per worker) instead of
+/// ps::compute_factor (the straggler the last worker).
 inline AsyncRun run_async(const mlp::Config& c, const datasets::Split& data, int workers,
-                          int updates, int staleness, double compute_s, double straggler) {
+                          int updates, int staleness, double compute_s, double straggler,
+                          const std::vector<double>& factors = {}) {
   AsyncRun run;
   run.pushed.assign(static_cast<std::size_t>(workers), -1);
   run.done_s.assign(static_cast<std::size_t>(workers), -1.0);
@@ -210,7 +213,9 @@ inline AsyncRun run_async(const mlp::Config& c, const datasets::Split& data, int
       run.update_weights = std::move(seen);
     } else {
       const int k = layout.worker_index(rank);
-      ps::GradientSource source(pc, data, k, layout.workers(), ps::compute_factor(pc, layout, k));
+      const double factor = factors.empty() ? ps::compute_factor(pc, layout, k)
+                                            : factors[static_cast<std::size_t>(k)];
+      ps::GradientSource source(pc, data, k, layout.workers(), factor);
       const int n = ps::async_worker(w, source.fn(), layout);
       const double done = dist::sim_time();
       std::lock_guard<std::mutex> g(mu);
