@@ -109,9 +109,10 @@ class Adam {
 ///            gradient (p.grad becomes 0 x 0); step() then updates and all-gathers.
 ///
 /// Hooks are 05's (mlp.hpp: Parameter::add_hook returns a handle; the destructor, given, passes
-/// each handle in hooks_ to remove_hook, so hooks_[i] must be parameter i's). dist's collectives
-/// take separate buffers: the input and the output of all_gather (and of reduce_scatter) must not
-/// overlap, not even when this rank's chunk already sits at its place in the output.
+/// each handle in hooks_ to remove_hook, so hooks_[i] must be parameter i's). dist's all_gather
+/// takes its input as a separate buffer or in place, as this rank's chunk at its place in the
+/// output (and reduce_scatter its output at its place in the input): the same values, traffic
+/// and time either way.
 ///
 /// The result equals unsharded Adam on the whole batch (to float32 rounding): the step counter
 /// counts calls of step(), once per training step, whatever the number of parameters or hooks.

@@ -218,4 +218,43 @@ TEST(HiddenOrder, ForwardGathersStartAfterTheUnitLaunchedLast) {
   }
 }
 
+TEST(HiddenOrder, BackwardGathersStartAfterTheUnitLaunchedLast) {
+  // fsdp.hpp: in backward, a gather starts only after the backward of the unit launched last
+  // before it was issued has ended, and backward's first prefetch + 1 gathers after the last
+  // unit's forward. Fast links and slow kernels, one step: the comm stream is free early, so a
+  // gather that waits for nothing starts too soon.
+  dist::NetworkModel fast;
+  fast.latency_s = 1e-8;
+  fast.bandwidth_Bps = 1e12;
+  for (int k : {1, 2}) {
+    TrainConfig c = config_of(k, true);
+    c.flops_per_s = 1e8;
+    const std::string path =
+        ::testing::TempDir() + "distlab_11_backward_gathers_" + std::to_string(k) + ".json";
+    run(c, 2, 1, fast, path);
+    const int units = c.model.n_layers;
+    std::vector<TraceSpan> forwards, backwards, gathers;
+    for (const TraceSpan& s : trace_spans(path, "rank 0 stream compute")) {
+      if (s.name.find("'forward ") != std::string::npos) forwards.push_back(s);
+      if (s.name.find("'backward ") != std::string::npos) backwards.push_back(s);
+    }
+    for (const TraceSpan& s : trace_spans(path, "rank 0 stream comm"))
+      if (s.name.find("all_gather") != std::string::npos) gathers.push_back(s);
+    const auto n = static_cast<std::size_t>(units);
+    ASSERT_EQ(forwards.size(), n) << "prefetch " << k;
+    ASSERT_EQ(backwards.size(), n) << "prefetch " << k;
+    ASSERT_EQ(gathers.size(), 2 * n) << "prefetch " << k << ": one gather per unit and pass";
+    for (int j = 0; j < units; ++j) {  // backward's j-th gather: unit units - 1 - j
+      const TraceSpan& g = gathers[n + static_cast<std::size_t>(j)];
+      const TraceSpan& after =
+          j <= k ? forwards[n - 1] : backwards[static_cast<std::size_t>(j - k - 1)];
+      EXPECT_GE(g.t0, after.t1 - 1e-12)
+          << "prefetch " << k << ": backward's gather of unit " << units - 1 - j
+          << " must start after the " << (j <= k ? "forward" : "backward") << " of unit "
+          << (j <= k ? units - 1 : units - j + k) << ", launched last before it was issued, has "
+          << "ended (" << after.t1 << " s); it started at " << g.t0 << " s";
+    }
+  }
+}
+
 }  // namespace
