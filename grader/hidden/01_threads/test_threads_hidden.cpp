@@ -316,8 +316,8 @@ TEST(HiddenTrajectories, RowIIsItemIWhileWorkersRace) {
       ASSERT_EQ(got.size(), ref.size()) << w << " workers";
       for (std::size_t i = 0; i < cfg.n_trajectories; ++i) {
         ASSERT_TRUE(got[2 * i] == ref[2 * i] && got[2 * i + 1] == ref[2 * i + 1])
-            << "run " << runs << ", " << w << " workers: row " << i << " is (" << got[2 * i]
-            << ", " << got[2 * i + 1] << "), expected item " << i << "'s (" << ref[2 * i] << ", "
+            << "run " << runs << ", " << w << " workers: row " << i << " is (" << got[2 * i] << ", "
+            << got[2 * i + 1] << "), expected item " << i << "'s (" << ref[2 * i] << ", "
             << ref[2 * i + 1] << "); row i must hold item i whichever worker computes it and "
             << "whenever";
       }
