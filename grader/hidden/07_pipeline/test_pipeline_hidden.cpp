@@ -2,7 +2,9 @@
 // counts; ReLU; microbatches of unequal sizes (a batch of 15 rows in 4 microbatches: 4, 4, 4, 3
 // rows, each loss gradient weighted by its rows / 15); three steps in a row. ZB-H1 and
 // recomputation at p = 5..7, on a network with latency, and the peak stash with unequal
-// microbatches (the largest microbatches are the ones in flight at the peak).
+// microbatches (the largest microbatches are the ones in flight at the peak). run_ops with lists
+// in which the last stage forwards several microbatches before their B; W before its B in every
+// step, not only the first.
 #include <gtest/gtest.h>
 
 #include <mutex>
