@@ -293,6 +293,38 @@ TEST(HiddenTrajectories, ComputedOnNWorkers) {
       << "workers, parallel_for's pool has 4";
 }
 
+TEST(HiddenTrajectories, RowIIsItemIWhileWorkersRace) {
+  // "row i written by simulate_trajectory(config, i, ...)": with thousands of tiny trajectories
+  // (2 values each) the workers claim items concurrently, so the order in which items START is
+  // not their index order. Data written in any order other than row i = item i differs from
+  // one worker's, bit for bit. Repeated with 2, 3, 4 and 8 workers for about a second.
+  threads::OdeConfig cfg;
+  cfg.n_trajectories = 3000;
+  cfg.steps = 1;
+  cfg.seed = 2024;
+  const auto ref = threads::generate_trajectories(cfg, 1);
+  ASSERT_EQ(ref.size(), 6000u);
+  for (std::size_t i = 0; i < cfg.n_trajectories; ++i) {
+    ASSERT_EQ(ref[2 * i], threads::initial_state(cfg, i)) << "row " << i << " starts at x0";
+  }
+  const distlab::Stopwatch sw;
+  int runs = 0;
+  while (sw.elapsed_s() < 1.0 || runs < 8) {
+    for (int w : {2, 3, 4, 8}) {
+      ++runs;
+      const auto got = threads::generate_trajectories(cfg, w);
+      ASSERT_EQ(got.size(), ref.size()) << w << " workers";
+      for (std::size_t i = 0; i < cfg.n_trajectories; ++i) {
+        ASSERT_TRUE(got[2 * i] == ref[2 * i] && got[2 * i + 1] == ref[2 * i + 1])
+            << "run " << runs << ", " << w << " workers: row " << i << " is (" << got[2 * i] << ", "
+            << got[2 * i + 1] << "), expected item " << i << "'s (" << ref[2 * i] << ", "
+            << ref[2 * i + 1] << "); row i must hold item i whichever worker computes it and "
+            << "whenever";
+      }
+    }
+  }
+}
+
 // A child that calls exit() instead of _exit() runs the parent's exit handlers (and flushes the
 // stdio buffers it copied): one handler, registered once, writes a byte to a pipe when it runs in
 // a process other than this one.

@@ -2,10 +2,16 @@
 // counts; ReLU; microbatches of unequal sizes (a batch of 15 rows in 4 microbatches: 4, 4, 4, 3
 // rows, each loss gradient weighted by its rows / 15); three steps in a row. ZB-H1 and
 // recomputation at p = 5..7, on a network with latency, and the peak stash with unequal
-// microbatches (the largest microbatches are the ones in flight at the peak).
+// microbatches (the largest microbatches are the ones in flight at the peak). run_ops with lists
+// in which the last stage forwards several microbatches before their B; W before its B in every
+// step, not only the first.
 #include <gtest/gtest.h>
 
+#include <mutex>
+#include <sstream>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "pipeline_harness.hpp"
 
@@ -248,6 +254,116 @@ TEST(HiddenRecompute, MemoryUnequalMicrobatches) {
           if (::testing::Test::HasFailure()) return;
         }
       }
+    }
+  }
+}
+
+// ---- run_ops with lists other than the kit's: the last stage forwards several microbatches before
+// their B; W's own bookkeeping across steps -----------------------------------------------------------
+
+/// The whole model's gradients on a batch (single process), layer by layer.
+std::vector<mlp::Matrix> whole_batch_gradients(const mlp::Config& c, const mlp::Matrix& x,
+                                               const mlp::Labels& y, double& loss) {
+  mlp::MLP model(c, c.seed + 2);
+  mlp::Matrix probs, dlogits;
+  loss = mlp::softmax_cross_entropy_forward(model.forward(x), y, probs);
+  mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+  model.backward(dlogits);
+  std::vector<mlp::Matrix> g;
+  for (const mlp::Parameter* prm : model.parameters()) g.push_back(prm->grad);
+  return g;
+}
+
+std::vector<pp::Op> parse_ops(const std::string& text) {
+  std::vector<pp::Op> ops;
+  std::istringstream in(text);
+  std::string w;
+  while (in >> w) {
+    pp::Op op;
+    op.kind = w[0] == 'F' ? pp::OpKind::F : w[0] == 'B' ? pp::OpKind::B : pp::OpKind::W;
+    op.microbatch = std::stoi(w.substr(1));
+    ops.push_back(op);
+  }
+  return ops;
+}
+
+TEST(HiddenZB, RunOpsLastStageBTakesTheOldestQueuedLossGradient) {
+  // "B: the input gradient of the last chunk's oldest queued dlogits": lists in which the last
+  // stage forwards two or three microbatches before their B. Each B must use its own
+  // microbatch's loss gradient, so the gradients summed over the step are the whole batch's.
+  const mlp::Config c = tiny_config(5, 12, mlp::Activation::Tanh);
+  const auto& data = data_for(c);
+  const mlp::Matrix x = data.train.x.topRows(12);
+  const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + 12);
+  double want_loss = 0;
+  const auto want = whole_batch_gradients(c, x, y, want_loss);
+  const std::string first = "F0 F1 F2 B0 W0 B1 W1 B2 W2";
+  for (const std::string last : {"F0 F1 F2 B0 B1 B2 W0 W1 W2", "F0 F1 B0 F2 B1 W0 B2 W2 W1"}) {
+    SCOPED_TRACE("stage 0: " + first + "; stage 1 (last): " + last + "; 12 rows in 3 microbatches");
+    std::mutex mu;
+    std::vector<std::vector<mlp::Matrix>> grads(2);
+    std::vector<int> layer0(2);
+    double loss = 0;
+    distlab::testing::run_ranks(distlab::testing::test_options(2), [&] {
+      const int rank = dist::rank();
+      pp::Stage stage(c, c.seed + 2, rank, 2);
+      stage.zero_grad();
+      pp::StepState st;
+      const pp::Batch batch{x, y, 3};
+      pp::run_ops(stage, batch, parse_ops(rank == 0 ? first : last), st);
+      std::lock_guard<std::mutex> g(mu);
+      layer0[static_cast<std::size_t>(rank)] = stage.layers().begin;
+      for (const mlp::Parameter* prm : stage.parameters())
+        grads[static_cast<std::size_t>(rank)].push_back(prm->grad);
+      if (rank == 1) loss = st.loss;
+    });
+    if (::testing::Test::HasFailure()) return;
+    for (int r = 0; r < 2; ++r) {
+      const auto& g = grads[static_cast<std::size_t>(r)];
+      for (std::size_t k = 0; k < g.size(); ++k) {
+        const auto layer = static_cast<std::size_t>(layer0[static_cast<std::size_t>(r)]) + k;
+        ASSERT_LT(layer, want.size());
+        EXPECT_TRUE(close(g[k], want[layer]))
+            << "stage " << r << ", layer " << layer
+            << ": the step's gradient must be the whole batch's (each B with the loss gradient of "
+               "the oldest forwarded microbatch not yet backwarded)";
+      }
+    }
+    EXPECT_NEAR(loss, want_loss, kAbsTol + kRelTol * std::abs(want_loss)) << "the batch's loss";
+  }
+}
+
+TEST(HiddenZB, WBeforeItsBThrowsInEveryStep) {
+  // "W before the microbatch's B throws std::logic_error", also in a second step, where the
+  // microbatch numbers start again at 0 (each microbatch's B allows exactly one W).
+  const mlp::Config c = tiny_config(4, 8, mlp::Activation::Tanh);
+  const auto& data = data_for(c);
+  const mlp::Matrix x = data.train.x.topRows(8);
+  const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + 8);
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recomputation on" : "recomputation off");
+    pp::Stage stage(c, c.seed + 2, 0, 1);
+    stage.set_recompute(recompute);
+    mlp::Matrix probs, dlogits, dx;
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      stage.zero_grad();
+      for (int i = 0; i < 2; ++i) {
+        mlp::softmax_cross_entropy_forward(stage.forward(x, i), y, probs);
+      }
+      mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+      EXPECT_THROW(stage.backward_weight(0), std::logic_error)
+          << "W of microbatch 0 before its B in this step (its B of the previous step does not "
+             "count)";
+      stage.backward_input(dlogits, 1, dx);
+      EXPECT_THROW(stage.backward_weight(0), std::logic_error)
+          << "W of microbatch 0 after the B of microbatch 1 only";
+      EXPECT_NO_THROW(stage.backward_weight(1)) << "W of microbatch 1 after its B";
+      EXPECT_THROW(stage.backward_weight(1), std::logic_error) << "a second W of microbatch 1";
+      stage.backward_input(dlogits, 0, dx);
+      EXPECT_NO_THROW(stage.backward_weight(0)) << "W of microbatch 0 after its B";
+      EXPECT_EQ(stage.meter().microbatches(), 0) << "every W released its stash";
+      if (::testing::Test::HasFailure()) return;
     }
   }
 }
