@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <ctime>
 
 #include <algorithm>
 #include <atomic>
@@ -307,6 +308,23 @@ TEST(HiddenTrajectories, RowIIsItemIWhileWorkersRace) {
   for (std::size_t i = 0; i < cfg.n_trajectories; ++i) {
     ASSERT_EQ(ref[2 * i], threads::initial_state(cfg, i)) << "row " << i << " starts at x0";
   }
+  // A thread that wakes every 30 us preempts whichever worker runs, at a random point of its
+  // item, so that items start out of index order even where the test gets a single CPU.
+  std::atomic<bool> done{false};
+  std::thread interrupter([&done] {
+    while (!done.load(std::memory_order_relaxed)) {
+      timespec pause{0, 30000};
+      nanosleep(&pause, nullptr);
+    }
+  });
+  struct Join {
+    std::atomic<bool>& done;
+    std::thread& t;
+    ~Join() {
+      done.store(true);
+      t.join();
+    }
+  } join{done, interrupter};
   const distlab::Stopwatch sw;
   int runs = 0;
   while (sw.elapsed_s() < 1.0 || runs < 8) {
