@@ -294,6 +294,30 @@ TEST(HiddenTrajectories, ComputedOnNWorkers) {
       << "workers, parallel_for's pool has 4";
 }
 
+// A thread that wakes every 30 us for as long as it lives: each wake-up preempts whichever worker
+// runs, at a random point of what it does, so interleavings that need a worker stopped between two
+// of its steps happen even where the test gets a single CPU.
+class Interrupter {
+ public:
+  Interrupter()
+      : thread_([this] {
+          while (!done_.load(std::memory_order_relaxed)) {
+            timespec pause{0, 30000};
+            nanosleep(&pause, nullptr);
+          }
+        }) {}
+  Interrupter(const Interrupter&) = delete;
+  Interrupter& operator=(const Interrupter&) = delete;
+  ~Interrupter() {
+    done_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
 TEST(HiddenTrajectories, RowIIsItemIWhileWorkersRace) {
   // "row i written by simulate_trajectory(config, i, ...)": with thousands of tiny trajectories
   // (2 values each) the workers claim items concurrently, so the order in which items START is
@@ -308,23 +332,7 @@ TEST(HiddenTrajectories, RowIIsItemIWhileWorkersRace) {
   for (std::size_t i = 0; i < cfg.n_trajectories; ++i) {
     ASSERT_EQ(ref[2 * i], threads::initial_state(cfg, i)) << "row " << i << " starts at x0";
   }
-  // A thread that wakes every 30 us preempts whichever worker runs, at a random point of its
-  // item, so that items start out of index order even where the test gets a single CPU.
-  std::atomic<bool> done{false};
-  std::thread interrupter([&done] {
-    while (!done.load(std::memory_order_relaxed)) {
-      timespec pause{0, 30000};
-      nanosleep(&pause, nullptr);
-    }
-  });
-  struct Join {
-    std::atomic<bool>& done;
-    std::thread& t;
-    ~Join() {
-      done.store(true);
-      t.join();
-    }
-  } join{done, interrupter};
+  const Interrupter interrupter;
   const distlab::Stopwatch sw;
   int runs = 0;
   while (sw.elapsed_s() < 1.0 || runs < 8) {
@@ -562,6 +570,7 @@ TEST(HiddenParallelFor, EveryIndexOnceUnderHeavyContention) {
   // skips one, often enough to show in millions of claims.
   const std::size_t n = 1u << 22;
   std::vector<std::uint8_t> hits(n);
+  const Interrupter interrupter;
   for (int rep = 0; rep < 4; ++rep) {
     std::fill(hits.begin(), hits.end(), std::uint8_t{0});
     threads::parallel_for(n, 8, [&](std::size_t i) {
