@@ -134,7 +134,7 @@ std::vector<float> cancelling_mean(int p, std::size_t n) {
 }
 
 /// fn(buf or in/out, ...) with Avg on the cancelling inputs, p = 2, 3, 5, 6, 7: every rank that
-/// gets the result gets sum / p (x / p or x * (1 / p): 1e-6).
+/// gets the result gets sum / p within 1e-6 (bit for bit: <Suite>.AvgIsTheSumDividedByP below).
 void avg_once(const std::string& name,
               const std::function<void(std::vector<float>&, int p, std::size_t n)>& call,
               bool rooted, bool scattered) {
@@ -213,7 +213,7 @@ TEST(ReduceScatterRing, AvgDividesOnceAtTheEnd) {
       false, true);
 }
 
-// ---- Avg: the sum divided by p, bit for bit ------------------------------------------------------
+// ---- Avg: the sum divided by p, bit for bit -----------------------------------------------------
 // "Avg (Sum divided by p)", "divide by p once at the end": with integer inputs every partial sum is
 // exact in any order, so every result is float(S) / p exactly. Multiplying by the reciprocal,
 // S * (1.0f / p), is exact only for p a power of two; each sum S below is chosen where the two
