@@ -5,7 +5,11 @@
 // table-driven two-level tests end in the function's name instead (filter "*/<function>").
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -130,7 +134,7 @@ std::vector<float> cancelling_mean(int p, std::size_t n) {
 }
 
 /// fn(buf or in/out, ...) with Avg on the cancelling inputs, p = 2, 3, 5, 6, 7: every rank that
-/// gets the result gets sum / p (x / p or x * (1 / p): 1e-6).
+/// gets the result gets sum / p within 1e-6 (bit for bit: <Suite>.AvgIsTheSumDividedByP below).
 void avg_once(const std::string& name,
               const std::function<void(std::vector<float>&, int p, std::size_t n)>& call,
               bool rooted, bool scattered) {
@@ -200,6 +204,125 @@ TEST(AllReduceRing, AvgDividesOnceAtTheEnd) {
 }
 TEST(ReduceScatterRing, AvgDividesOnceAtTheEnd) {
   avg_once(
+      "reduce_scatter_ring",
+      [](std::vector<float>& b, int, std::size_t n) {
+        std::vector<float> out(n / static_cast<std::size_t>(dist::world_size()));
+        collectives::reduce_scatter_ring(b, out, ReduceOp::Avg);
+        b = out;
+      },
+      false, true);
+}
+
+// ---- Avg: the sum divided by p, bit for bit -----------------------------------------------------
+// "Avg (Sum divided by p)", "divide by p once at the end": with integer inputs every partial sum is
+// exact in any order, so every result is float(S) / p exactly. Multiplying by the reciprocal,
+// S * (1.0f / p), is exact only for p a power of two; each sum S below is chosen where the two
+// differ at p = 3, 5, 6, 7 (checked first).
+
+/// n integer sums S_i (around 10^5) with float(S_i) * (1/p) != float(S_i) / p.
+std::vector<float> separating_sums(int p, std::size_t n) {
+  std::vector<float> sums;
+  const float fp = static_cast<float>(p);
+  const volatile float inv = 1.0f / fp;  // volatile: computed at run time, as a solution would
+  for (int s = 100003; sums.size() < n; s += 7) {
+    const float S = static_cast<float>(s);
+    if (S / fp != S * inv) sums.push_back(S);
+  }
+  return sums;
+}
+/// Rank r's element i: small integers on ranks > 0, rank 0 the rest of S_i.
+float avg_input(const std::vector<float>& sums, int p, int r, std::size_t i) {
+  const auto small = [&](int q) {
+    return static_cast<float>((3 * q + static_cast<int>(i)) % 7 + 1);
+  };
+  if (r > 0) return small(r);
+  float rest = sums[i];
+  for (int q = 1; q < p; ++q) rest -= small(q);
+  return rest;
+}
+
+void avg_exact(const std::string& name,
+               const std::function<void(std::vector<float>&, int root, std::size_t n)>& call,
+               bool rooted, bool scattered) {
+  for (int p : {3, 5, 6, 7}) {
+    const std::size_t n = scattered ? 5 * static_cast<std::size_t>(p) : 24;  // scattered: 5 each
+    const std::vector<float> sums = separating_sums(p, n);
+    std::vector<float> want(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      want[i] = sums[i] / static_cast<float>(p);
+      double exact = 0;  // the inputs really add up to S_i and S_i / p != S_i * (1 / p)
+      for (int r = 0; r < p; ++r) exact += avg_input(sums, p, r, i);
+      ASSERT_EQ(exact, static_cast<double>(sums[i])) << "test bug: inputs of element " << i;
+      ASSERT_NE(want[i], sums[i] * (1.0f / static_cast<float>(p)))
+          << "test bug: S = " << sums[i] << " does not separate S / p from S * (1 / p)";
+    }
+    for (int root : rooted ? std::vector<int>{1, p - 1} : std::vector<int>{-1}) {
+      const std::string what = "Avg of integer inputs, world size " + std::to_string(p) +
+                               (root >= 0 ? ", root " + std::to_string(root) : "");
+      const bool ok = run_case(what, name, p, [&](distlab::testing::RankLog& log) {
+        const int me = dist::rank();
+        std::vector<float> got(n);
+        for (std::size_t i = 0; i < n; ++i) got[i] = avg_input(sums, p, me, i);
+        call(got, root, n);
+        const std::string ctx =
+            what +
+            ": every sum is an exact integer S, and Avg is S divided by p, float(S) / p "
+            "bit for bit (S * (1.0f / p) differs in the last bit when p is not a power of "
+            "two)";
+        if (scattered) {
+          expect_values(log, ctx, got,
+                        std::span<const float>(want).subspan(5 * static_cast<std::size_t>(me), 5));
+        } else if (root < 0 || me == root) {
+          expect_values(log, ctx, got, want);
+        }
+      });
+      if (!ok) return;
+    }
+  }
+}
+
+TEST(ReduceNaive, AvgIsTheSumDividedByP) {
+  avg_exact(
+      "reduce_naive",
+      [](std::vector<float>& b, int root, std::size_t) {
+        collectives::reduce_naive(b, root, ReduceOp::Avg);
+      },
+      true, false);
+}
+TEST(ReduceTree, AvgIsTheSumDividedByP) {
+  avg_exact(
+      "reduce_tree",
+      [](std::vector<float>& b, int root, std::size_t) {
+        collectives::reduce_tree(b, root, ReduceOp::Avg);
+      },
+      true, false);
+}
+TEST(AllReduceNaive, AvgIsTheSumDividedByP) {
+  avg_exact(
+      "all_reduce_naive",
+      [](std::vector<float>& b, int, std::size_t) {
+        collectives::all_reduce_naive(b, ReduceOp::Avg);
+      },
+      false, false);
+}
+TEST(AllReduceButterfly, AvgIsTheSumDividedByP) {
+  avg_exact(
+      "all_reduce_butterfly",
+      [](std::vector<float>& b, int, std::size_t) {
+        collectives::all_reduce_butterfly(b, ReduceOp::Avg);
+      },
+      false, false);
+}
+TEST(AllReduceRing, AvgIsTheSumDividedByP) {
+  avg_exact(
+      "all_reduce_ring",
+      [](std::vector<float>& b, int, std::size_t) {
+        collectives::all_reduce_ring(b, ReduceOp::Avg);
+      },
+      false, false);
+}
+TEST(ReduceScatterRing, AvgIsTheSumDividedByP) {
+  avg_exact(
       "reduce_scatter_ring",
       [](std::vector<float>& b, int, std::size_t n) {
         std::vector<float> out(n / static_cast<std::size_t>(dist::world_size()));
@@ -493,6 +616,279 @@ INSTANTIATE_TEST_SUITE_P(Hidden, SimTimeTwoLevel, ::testing::ValuesIn(kTwoLevelC
                          [](const ::testing::TestParamInfo<TwoLevelCase>& row) {
                            return std::string(row.param.fn);
                          });
+
+// ---- simulated time of every rank: the documented schedules -------------------------------------
+// collectives.cpp fixes, above each function, who sends what to whom and in which order (broadcast_
+// naive: src sends to src+1, src+2, ... (mod p); all_reduce_naive: rank 0 receives from 1, ..., p-1
+// and sends the result to 1, ..., p-1; the trees: farthest child first when sending, nearest first
+// when collecting; the rings and the butterfly: isend + recv + wait in every step). With latency
+// and bandwidth cost (and a reduction cost) every rank's own finishing time depends on that order,
+// even where the slowest rank's does not. Each rank's time is computed here by running the
+// documented schedule through the link model of dist::sim_time() (<dist/dist.hpp>): a message
+// posted at t leaves once the sender's link is free, holds it and the receiver's link for
+// alpha + b beta; a send returns once its message left, a recv once it arrived; reduce_into
+// charges b gamma.
+
+/// One step of a rank: post a message (send_to >= 0), receive one (recv_from >= 0), wait for the
+/// posted one, then reduce reduce_bytes (a blocking send, a recv, or an isend + recv + wait).
+struct Step {
+  int send_to = -1;
+  std::size_t send_bytes = 0;
+  int recv_from = -1;
+  std::size_t recv_bytes = 0;
+  std::size_t reduce_bytes = 0;
+};
+using Schedule = std::vector<std::vector<Step>>;  // per rank, in program order
+
+Step send_step(int to, std::size_t bytes) { return {to, bytes, -1, 0, 0}; }
+Step recv_step(int from, std::size_t bytes, bool reduce) {
+  return {-1, 0, from, bytes, reduce ? bytes : 0};
+}
+Step exchange_step(int to, int from, std::size_t bytes, bool reduce) {
+  return {to, bytes, from, bytes, reduce ? bytes : 0};
+}
+
+/// Every rank's finishing time of schedule s under model m (the steps of libdist's link model);
+/// empty when the schedule cannot finish (a bug of the schedule, reported as such).
+std::vector<double> schedule_times(const Schedule& s, const dist::NetworkModel& m) {
+  const auto p = s.size();
+  struct Msg {
+    double ts, cost;
+  };
+  std::vector<double> clock(p, 0.0), out_free(p, 0.0), in_free(p, 0.0);
+  std::vector<std::size_t> pc(p, 0);
+  std::vector<bool> posted(p, false);
+  std::vector<Msg> pending(p, Msg{0, 0});
+  std::map<std::pair<int, int>, std::vector<Msg>> wire;  // (src, dst) -> FIFO of messages
+  std::map<std::pair<int, int>, std::size_t> taken;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t r = 0; r < p; ++r) {
+      const int me = static_cast<int>(r);
+      while (pc[r] < s[r].size()) {
+        const Step& st = s[r][pc[r]];
+        if (st.send_to >= 0 && !posted[r]) {
+          const double cost = m.message_cost(me, st.send_to, st.send_bytes);
+          const double ts = std::max(clock[r], out_free[r]);
+          out_free[r] = ts + cost;
+          pending[r] = {ts, cost};
+          wire[{me, st.send_to}].push_back(pending[r]);
+          posted[r] = true;
+        }
+        if (st.recv_from >= 0) {
+          auto& q = wire[{st.recv_from, me}];
+          auto& k = taken[{st.recv_from, me}];
+          if (k == q.size()) break;  // not sent yet
+          const Msg msg = q[k++];
+          const double ti = std::max(msg.ts, in_free[r]);
+          in_free[r] = ti + msg.cost;
+          clock[r] = std::max(clock[r], ti + msg.cost);
+        }
+        if (st.send_to >= 0) clock[r] = std::max(clock[r], pending[r].ts + pending[r].cost);
+        if (st.reduce_bytes > 0 && m.reduce_Bps > 0)
+          clock[r] += static_cast<double>(st.reduce_bytes) / m.reduce_Bps;
+        posted[r] = false;
+        ++pc[r];
+        progress = true;
+      }
+    }
+  }
+  for (std::size_t r = 0; r < p; ++r) {
+    if (pc[r] < s[r].size()) {
+      ADD_FAILURE() << "test bug: the documented schedule does not finish on rank " << r;
+      return {};
+    }
+  }
+  return clock;
+}
+
+/// The schedule collectives.cpp documents for fn on p ranks, root (or -1), count floats per
+/// buffer (the gather family: per block; the rings: count divisible by p).
+Schedule documented_schedule(const std::string& fn, int p, int root, std::size_t count) {
+  Schedule s(static_cast<std::size_t>(p));
+  const std::size_t n = count * sizeof(float);
+  const auto real = [&](int v) { return (v + root) % p; };
+  for (int me = 0; me < p; ++me) {
+    auto& steps = s[static_cast<std::size_t>(me)];
+    const int v = root >= 0 ? (me - root + p) % p : me;
+    const int right = (me + 1) % p, left = (me - 1 + p) % p;
+    if (fn == "broadcast_naive" || fn == "reduce_naive" || fn == "gather_naive") {
+      const bool down = fn == "broadcast_naive";
+      if (me != root) {
+        steps.push_back(down ? recv_step(root, n, false) : send_step(root, n));
+      } else {
+        for (int k = 1; k < p; ++k)  // src+1, src+2, ... (mod p)
+          steps.push_back(down ? send_step(real(k), n)
+                               : recv_step(real(k), n, fn == "reduce_naive"));
+      }
+    } else if (fn == "broadcast_tree") {
+      int mask = 1;
+      for (; mask < p; mask <<= 1) {
+        if (v & mask) {  // the parent: the lowest set bit
+          steps.push_back(recv_step(real(v - mask), n, false));
+          break;
+        }
+      }
+      for (mask >>= 1; mask > 0; mask >>= 1) {  // farthest child first
+        if (v + mask < p) steps.push_back(send_step(real(v + mask), n));
+      }
+    } else if (fn == "reduce_tree" || fn == "gather_tree") {
+      const bool gather = fn == "gather_tree";
+      for (int mask = 1; mask < p; mask <<= 1) {  // nearest child first, then the parent
+        if (v & mask) {
+          const auto blocks = static_cast<std::size_t>(gather ? std::min(mask, p - v) : 1);
+          steps.push_back(send_step(real(v - mask), blocks * n));
+          break;
+        }
+        if (v + mask < p) {
+          const auto blocks = static_cast<std::size_t>(gather ? std::min(mask, p - v - mask) : 1);
+          steps.push_back(recv_step(real(v + mask), blocks * n, !gather));
+        }
+      }
+    } else if (fn == "broadcast_ring") {
+      if (me != root) steps.push_back(recv_step(left, n, false));
+      if (right != root) steps.push_back(send_step(right, n));
+    } else if (fn == "all_reduce_naive") {
+      if (me != 0) {
+        steps.push_back(send_step(0, n));
+        steps.push_back(recv_step(0, n, false));
+      } else {
+        for (int r = 1; r < p; ++r) steps.push_back(recv_step(r, n, true));
+        for (int r = 1; r < p; ++r) steps.push_back(send_step(r, n));
+      }
+    } else if (fn == "all_reduce_butterfly") {
+      const int q = collectives::floor_pow2(p);
+      if (me >= q) {
+        steps.push_back(send_step(me - q, n));
+        steps.push_back(recv_step(me - q, n, false));
+      } else {
+        if (me + q < p) steps.push_back(recv_step(me + q, n, true));
+        for (int d = 1; d < q; d <<= 1) steps.push_back(exchange_step(me ^ d, me ^ d, n, true));
+        if (me + q < p) steps.push_back(send_step(me + q, n));
+      }
+    } else if (fn == "all_reduce_ring") {
+      const std::size_t chunk = n / static_cast<std::size_t>(p);
+      for (int k = 0; k < p - 1; ++k) steps.push_back(exchange_step(right, left, chunk, true));
+      for (int k = 0; k < p - 1; ++k) steps.push_back(exchange_step(right, left, chunk, false));
+    } else if (fn == "all_gather_ring" || fn == "reduce_scatter_ring") {
+      for (int k = 0; k < p - 1; ++k)
+        steps.push_back(exchange_step(right, left, n, fn == "reduce_scatter_ring"));
+    }
+  }
+  return s;
+}
+
+/// fn at p = 3, 5, 6, 7 (every root; count 420, divisible by each p), flat network with latency,
+/// bandwidth and reduction cost: every rank's simulated time of one call equals its time in the
+/// documented schedule.
+void every_rank_follows_the_schedule(const std::string& fn, bool rooted, const std::string& order) {
+  const auto model = timing_model(true);
+  const std::size_t count = fn.find("gather") != std::string::npos ? 100 : 420;
+  for (int p : {3, 5, 6, 7}) {
+    std::vector<int> roots = {-1};
+    if (rooted) {
+      roots.clear();
+      for (int r = 0; r < p; ++r) roots.push_back((r + 1) % p);  // nonzero roots first
+    }
+    for (int root : roots) {
+      const std::string what = flat_case(p, count) +
+                               (root >= 0 ? ", root " + std::to_string(root) : "") +
+                               ", alpha 5 us, beta 1/1e9 s/B, gamma 1/2e9 s/B";
+      const std::vector<double> want =
+          schedule_times(documented_schedule(fn, p, std::max(root, 0), count), model);
+      if (want.empty()) return;
+      std::vector<double> got(static_cast<std::size_t>(p), -1.0);
+      const bool ok = run_case(
+          what, fn, p,
+          [&](distlab::testing::RankLog&) {
+            dist::barrier();
+            const double t0 = dist::sim_time();
+            call_of(fn)(count, root);
+            got[static_cast<std::size_t>(dist::rank())] = dist::sim_time() - t0;
+          },
+          model);
+      if (!ok) return;
+      std::ostringstream all;
+      for (int r = 0; r < p; ++r) {
+        const auto k = static_cast<std::size_t>(r);
+        all << (r ? ", " : "") << "rank " << r << " " << got[k] * 1e6 << " (" << want[k] * 1e6
+            << ")";
+      }
+      for (int r = 0; r < p; ++r) {
+        const auto k = static_cast<std::size_t>(r);
+        if (std::abs(got[k] - want[k]) > 1e-6 * want[k] + 1e-12) {
+          ADD_FAILURE() << fn << ", " << what << ": rank " << r << " finished after "
+                        << got[k] * 1e6
+                        << " us of simulated time, but in the schedule collectives.cpp documents ("
+                        << order << ") it finishes after " << want[k] * 1e6
+                        << " us. Every rank, in us (documented in brackets): " << all.str();
+          return;
+        }
+      }
+    }
+  }
+}
+
+TEST(BroadcastNaive, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule("broadcast_naive", true,
+                                  "src sends to src+1, src+2, ... (mod p) with blocking sends");
+}
+TEST(BroadcastTree, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule(
+      "broadcast_tree", true,
+      "a relative rank hears from the rank that differs in its lowest set bit, then tells the "
+      "ranks below that bit, farthest first");
+}
+TEST(BroadcastRing, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule("broadcast_ring", true,
+                                  "receive from the left, then send to the right");
+}
+TEST(ReduceNaive, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule(
+      "reduce_naive", true,
+      "dst receives from dst+1, dst+2, ... (mod p) and reduces each with reduce_into");
+}
+TEST(ReduceTree, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule(
+      "reduce_tree", true,
+      "a rank collects and reduces its children's results, nearest child first, then sends "
+      "to its parent once");
+}
+TEST(AllReduceNaive, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule("all_reduce_naive", false,
+                                  "rank 0 receives from 1, 2, ..., p-1, reduces each, and sends "
+                                  "the result to 1, ..., p-1");
+}
+TEST(AllReduceButterfly, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule(
+      "all_reduce_butterfly", false,
+      "ranks r >= q send to r - q, which reduces it in; rounds with rank XOR 1, 2, ... "
+      "(isend + recv + wait, then reduce); r - q sends the result back to r");
+}
+TEST(AllReduceRing, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule("all_reduce_ring", false,
+                                  "p-1 reduce-scatter steps then p-1 all-gather steps, each "
+                                  "an isend to the right + recv from the left + wait");
+}
+TEST(GatherNaive, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule("gather_naive", true,
+                                  "every other rank sends its block to dst once");
+}
+TEST(GatherTree, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule(
+      "gather_tree", true,
+      "like reduce_tree: children nearest first, then the subtree's blocks in one message to "
+      "the parent");
+}
+TEST(AllGatherRing, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule("all_gather_ring", false,
+                                  "p-1 steps of isend to the right + recv from the left + wait");
+}
+TEST(ReduceScatterRing, SimTimeOfEveryRank) {
+  every_rank_follows_the_schedule("reduce_scatter_ring", false,
+                                  "p-1 steps of isend to the right + recv from the left + wait, "
+                                  "then reduce_into");
+}
 
 // ---- the reductions cost time -----------------------------------------------------------------
 // dist::reduce_into charges n gamma to the reducing rank's clock; a loop that reduces by hand is

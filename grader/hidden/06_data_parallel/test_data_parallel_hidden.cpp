@@ -1,12 +1,17 @@
 // 06_data_parallel, instructor-only: more world sizes, the root perturbed, a mid-size bucket cap,
 // and the traffic of check_parameter_closeness, broadcast_parameters and the buckets' all-reduces
-// compared with a run of the collectives data_parallel.hpp describes.
+// compared with a run of the collectives data_parallel.hpp describes; the mean as the sum divided
+// by the number of ranks bit for bit, hooks run in another order than backward's or not at all,
+// and replicas that drift a little from rank to rank.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -434,5 +439,233 @@ TEST(HiddenMyDP, EachBucketsAllReduceMovesOnlyItsGradients) {
         got, plan, "one averaging all-reduce per bucket of its gradients (" + sizes + " floats)");
     EXPECT_TRUE(diff.empty()) << diff;
     wrapped.clear();
+  }
+}
+
+namespace {
+
+/// n integer sums S_i (around 10^5) with float(S_i) * (1/p) != float(S_i) / p: where the mean
+/// "Sum followed by division by the number of ranks" and a multiplication by the reciprocal
+/// differ in the last bit (never for p a power of two).
+std::vector<float> separating_sums(int p, std::size_t n) {
+  std::vector<float> sums;
+  const float fp = static_cast<float>(p);
+  const volatile float inv = 1.0f / fp;  // volatile: computed at run time, as a solution would
+  for (int s = 100003; sums.size() < n; s += 7) {
+    const float S = static_cast<float>(s);
+    if (S / fp != S * inv) sums.push_back(S);
+  }
+  return sums;
+}
+
+/// Gradients of integers on every rank whose sums over the ranks are separating_sums (every
+/// partial sum is an exact integer, in any order); want[k] = the exact mean, float(S) / p.
+struct IntegerGradients {
+  std::vector<std::vector<float>> sums;  // per parameter
+  float of(int rank, int p, std::size_t k, std::size_t i) const {
+    const auto small = [&](int q) {
+      return static_cast<float>((3 * q + static_cast<int>(i + k)) % 7 + 1);
+    };
+    if (rank > 0) return small(rank);
+    float rest = sums[k][i];
+    for (int q = 1; q < p; ++q) rest -= small(q);
+    return rest;
+  }
+};
+
+IntegerGradients integer_gradients(const mlp::MLP& probe, int p) {
+  IntegerGradients g;
+  std::size_t total = 0;
+  for (const auto* q : probe.parameters()) total += static_cast<std::size_t>(q->numel());
+  const std::vector<float> all = separating_sums(p, total);
+  std::size_t at = 0;
+  for (const auto* q : probe.parameters()) {
+    const auto n = static_cast<std::size_t>(q->numel());
+    g.sums.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(at),
+                        all.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  return g;
+}
+
+void set_integer_gradients(mlp::MLP& model, const IntegerGradients& g) {
+  const auto params = model.parameters();
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    float* d = params[k]->grad.data();
+    for (std::size_t i = 0; i < static_cast<std::size_t>(params[k]->numel()); ++i)
+      d[i] = g.of(dist::rank(), dist::world_size(), k, i);
+  }
+}
+
+/// "" when every gradient is float(S) / p bit for bit, else the first difference.
+std::string exact_mean_error(mlp::MLP& model, const IntegerGradients& g) {
+  const float p = static_cast<float>(dist::world_size());
+  const auto params = model.parameters();
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const float* d = params[k]->grad.data();
+    for (std::size_t i = 0; i < static_cast<std::size_t>(params[k]->numel()); ++i) {
+      const float want = g.sums[k][i] / p;
+      if (d[i] != want) {
+        std::ostringstream os;
+        os.precision(9);
+        os << "parameter " << k << ", element " << i << ": the gradients sum to exactly "
+           << g.sums[k][i] << " over the " << dist::world_size() << " ranks, so the mean is "
+           << want << " (S / p), got " << d[i]
+           << (d[i] == g.sums[k][i] * (1.0f / p) ? " = S * (1 / p): divide the sum by p" : "");
+        return os.str();
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST(HiddenMeanGradient, TheMeanIsTheSumDividedByTheNumberOfRanks) {
+  // data_parallel.hpp: "replace every gradient by its mean over the ranks"; dist.hpp: "Avg is Sum
+  // followed by division by the number of ranks". Integer gradients (exact sums in any order)
+  // whose sums S give S / p != S * (1 / p) at p = 3, 5, 6, 7: all_reduce_gradients and MyDP's
+  // buckets must both give S / p bit for bit on every rank.
+  const mlp::Config c = dptest::small_config();
+  const mlp::MLP probe(c, 1);
+  for (int p : {3, 5, 6, 7}) {
+    const IntegerGradients g = integer_gradients(probe, p);
+    for (std::size_t k = 0; k < g.sums.size(); ++k) {  // the inputs really separate the two
+      double sum = 0;
+      for (int r = 0; r < p; ++r) sum += g.of(r, p, k, 0);
+      ASSERT_EQ(sum, static_cast<double>(g.sums[k][0])) << "test bug: parameter " << k;
+      ASSERT_NE(g.sums[k][0] / static_cast<float>(p), g.sums[k][0] * (1.0f / static_cast<float>(p)))
+          << "test bug: S does not separate S / p from S * (1 / p)";
+    }
+    for (std::size_t cap : {std::size_t{0}, dp::kDefaultBucketCap}) {
+      distlab::testing::RankLog log;
+      distlab::testing::run_ranks(p, [&] {
+        mlp::MLP model(c, 11);
+        set_integer_gradients(model, g);
+        dp::all_reduce_gradients(model);
+        std::string e = exact_mean_error(model, g);
+        if (!e.empty()) log.fail(dist::rank(), "all_reduce_gradients: " + e);
+        dp::MyDP wrapped(model, cap);
+        set_integer_gradients(model, g);
+        const auto params = model.parameters();
+        for (auto it = params.rbegin(); it != params.rend(); ++it) (*it)->run_hooks();
+        wrapped.finish_gradient_sync();
+        e = exact_mean_error(model, g);
+        if (!e.empty())
+          log.fail(dist::rank(), "MyDP (cap " + std::to_string(cap) + " bytes): " + e);
+      });
+      for (const auto& f : log.failures()) ADD_FAILURE() << "world size " << p << ", " << f;
+    }
+  }
+}
+
+TEST(HiddenMyDP, HooksInAnotherOrderStillAverageEveryGradient) {
+  // data_parallel.hpp: "when the last gradient of a bucket arrives, the hook starts
+  // dist::all_reduce_async (mean)": the last one to arrive, whichever parameter it is. The test
+  // runs the hooks itself in forward order and in a shuffled order (not backward's): after
+  // finish_gradient_sync every gradient is the mean of all ranks' gradients.
+  const mlp::Config c = dptest::small_config();
+  const mlp::MLP probe(c, 1);
+  const int n = static_cast<int>(probe.parameters().size());
+  std::vector<std::vector<int>> orders;
+  std::vector<int> forward(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) forward[static_cast<std::size_t>(i)] = i;
+  orders.push_back(forward);
+  std::vector<int> shuffled = forward;  // n - 2, 0, n - 1, 1, ...: a middle one first
+  std::rotate(shuffled.begin(), shuffled.begin() + (n - 2), shuffled.end());
+  std::swap(shuffled[1], shuffled[2]);
+  orders.push_back(shuffled);
+  const std::size_t mid =
+      static_cast<std::size_t>(probe.parameters()[1]->numel() + probe.parameters()[2]->numel()) *
+      sizeof(float);  // the last two parameters in one bucket, the first alone
+  const int p = 3;
+  const IntegerGradients g = integer_gradients(probe, p);
+  for (std::size_t cap : {mid, dp::kDefaultBucketCap}) {
+    for (const auto& order : orders) {
+      std::string in_order;
+      for (int i : order) in_order += (in_order.empty() ? "" : ", ") + std::to_string(i);
+      distlab::testing::RankLog log;
+      distlab::testing::run_ranks(p, [&] {
+        mlp::MLP model(c, 11);
+        dp::MyDP wrapped(model, cap);
+        set_integer_gradients(model, g);
+        const auto params = model.parameters();
+        for (int i : order) params[static_cast<std::size_t>(i)]->run_hooks();
+        wrapped.finish_gradient_sync();
+        const std::string e = exact_mean_error(model, g);
+        if (!e.empty()) {
+          log.fail(dist::rank(), "cap " + std::to_string(cap) + " bytes, hooks run in the order " +
+                                     in_order + " (bucket layout " +
+                                     std::to_string(wrapped.num_buckets()) + " buckets): " + e +
+                                     ". A bucket is full when all its gradients arrived, in "
+                                     "whatever order");
+        }
+      });
+      for (const auto& f : log.failures()) ADD_FAILURE() << f;
+    }
+  }
+}
+
+TEST(HiddenMyDP, AMissingHookLeavesItsBucketUnstarted) {
+  // data_parallel.hpp: finish_gradient_sync "Throws if some bucket was never started (a gradient
+  // hook did not fire". One bucket of every parameter; the hooks of all parameters but the last
+  // run (so the bucket's first- and last-listed parameters' hooks both fire): the bucket is not
+  // complete, never started, and finish_gradient_sync throws on every rank.
+  const mlp::Config c = dptest::small_config();
+  const mlp::MLP probe(c, 1);
+  const int n = static_cast<int>(probe.parameters().size());
+  for (int missing : {n - 1, 1}) {
+    distlab::testing::RankLog log;
+    distlab::testing::run_ranks(3, [&] {
+      mlp::MLP model(c, 11);
+      dp::MyDP wrapped(model, dp::kDefaultBucketCap);
+      for (auto* q : model.parameters()) q->grad.setConstant(static_cast<float>(dist::rank()));
+      const auto params = model.parameters();
+      for (int i = n - 1; i >= 0; --i) {
+        if (i != missing) params[static_cast<std::size_t>(i)]->run_hooks();
+      }
+      try {
+        wrapped.finish_gradient_sync();
+        log.fail(dist::rank(), "the hook of parameter " + std::to_string(missing) +
+                                   " never ran, so its bucket never got all its gradients and "
+                                   "was never started: finish_gradient_sync must throw");
+      } catch (const distlab::NotImplemented&) {
+        throw;
+      } catch (const std::logic_error&) {
+      }
+    });
+    for (const auto& f : log.failures()) ADD_FAILURE() << f;
+  }
+}
+
+TEST(HiddenCloseness, ReplicasThatDriftFromRankToRankAreNotClose) {
+  // data_parallel.hpp: "every rank's parameters equal rank 0's within rtol". One weight grows by
+  // 0.08% from each rank to the next (rtol 0.1%): every rank is within rtol of its neighbours, but
+  // the last rank (3 or more ranks) is 0.16% or more away from rank 0: not close, on every rank.
+  const float rtol = 1e-3f;
+  for (int p : {3, 4, 5}) {
+    std::vector<float> w(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r)
+      w[static_cast<std::size_t>(r)] = 1.0f + 0.0008f * static_cast<float>(r);
+    for (int r = 1; r < p; ++r) {  // the drift really is within rtol between neighbours
+      const float a = w[static_cast<std::size_t>(r)], b = w[static_cast<std::size_t>(r - 1)];
+      ASSERT_LE(std::abs(a - b), rtol * std::max(a, b)) << "test bug";
+    }
+    ASSERT_GT(w.back() - w[0], rtol * w.back()) << "test bug";
+    std::mutex mu;
+    std::vector<int> answers(static_cast<std::size_t>(p), -1);
+    distlab::testing::run_ranks(p, [&] {
+      mlp::MLP model(dptest::small_config(), 5);
+      model.parameters()[1]->value(2, 3) = w[static_cast<std::size_t>(dist::rank())];
+      const bool ok = dp::check_parameter_closeness(model, rtol);
+      std::lock_guard<std::mutex> g(mu);
+      answers[static_cast<std::size_t>(dist::rank())] = ok;
+    });
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(answers[static_cast<std::size_t>(r)], 0)
+          << "world size " << p << ", rank " << r << ": a weight is 1 + 0.0008 r on rank r, rtol "
+          << rtol << ": each rank is within rtol of its neighbour, but rank " << p - 1
+          << " differs from rank 0 by more than rtol, so the replicas are not close";
+    }
   }
 }
