@@ -11,7 +11,8 @@
 //     (dist::broadcast, dist::all_reduce, ...) from inside these functions fails the tests;
 //   * reduce locally only with dist::reduce_into(inout, in, op): it applies the op and charges the
 //     reduction (gamma) to the simulated clock; Avg accumulates like Sum, so divide by p once at
-//     the end yourself;
+//     the end yourself (a division: an Avg is checked bit for bit against the sum / p, and a
+//     product with 1/p can differ in the last bit for p = 3, 5, 6, 7);
 //   * compute chunk boundaries with shard_range() below, the same on every rank.
 //
 // The tests check the values, the traffic of every rank (dist::stats(): messages and bytes per

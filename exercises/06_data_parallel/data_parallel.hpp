@@ -38,7 +38,9 @@ std::int64_t global_batch_index(std::int64_t step, int rank, int world_size);
 bool check_parameter_closeness(const mlp::MLP& model, float rtol);
 
 /// Task 3. After backward: replace every gradient by its mean over the ranks (not the sum: the
-/// loss is a mean over the batch, so the global loss is the mean over the ranks' losses).
+/// loss is a mean over the batch, so the global loss is the mean over the ranks' losses). The
+/// mean is dist's Avg, the sum divided by the number of ranks, checked bit for bit (a product
+/// with 1/p can differ in the last bit for p = 3, 5, 6, 7).
 void all_reduce_gradients(mlp::MLP& model);
 
 /// PyTorch's default bucket size (25 MiB).
