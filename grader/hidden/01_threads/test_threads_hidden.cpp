@@ -2,16 +2,19 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <exception>
 #include <fstream>
 #include <chrono>
 #include <cmath>
@@ -29,6 +32,29 @@
 #include "threads.hpp"
 
 using namespace std::chrono_literals;
+
+// A slow std::current_exception for HiddenParallelFor.TheFirstFailureIsKeptWhileItIsCaptured:
+// this test program's own definition replaces libstdc++'s (the program's symbols come first) and
+// forwards to it; while g_slow_capture is set, every call first sleeps 200 ms. That widens the gap
+// between "is the error slot still empty?" and storing into it from nanoseconds to 200 ms, so two
+// workers that fail 80 ms apart both find the slot empty unless the check and the store are one
+// critical section. Only with libstdc++, whose exception_ptr functions live in the shared library.
+#if defined(__GLIBCXX__)
+#define DISTLAB_SLOW_CAPTURE 1
+std::atomic<bool> g_slow_capture{false};
+namespace std {
+exception_ptr current_exception() noexcept {
+  using Real = exception_ptr (*)() noexcept;
+  static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "_ZSt17current_exceptionv"));
+  if (real == nullptr) {  // no libstdc++ behind this program: nothing to forward to
+    std::fputs("test_01_threads_hidden: libstdc++'s std::current_exception not found\n", stderr);
+    std::abort();
+  }
+  if (g_slow_capture.load()) std::this_thread::sleep_for(200ms);
+  return real();
+}
+}  // namespace std
+#endif
 
 TEST(HiddenStartJoin, EightSleepersOverlap) {
   std::atomic<int> ran{0};
@@ -326,6 +352,24 @@ TEST(HiddenProcesses, ChildrenLeaveAtOnceWithoutTheParentsExitHandlers) {
                        "flushes the stdio buffers it copied from the parent)";
 }
 
+TEST(HiddenProcesses, ThreadAndProcessTimesAreDisjointPartsOfTheCall) {
+  // "n threads and n processes, one after another": the two totals time two disjoint stretches of
+  // one call, so together they never exceed the wall time of the whole call (measured around it,
+  // same steady clock). A process total that kept counting from the start of the threads holds
+  // thread_s twice; 200 threads take milliseconds, far above the clock's overhead.
+  for (int rep = 0; rep < 5; ++rep) {
+    distlab::Stopwatch wall;
+    const auto c = threads::measure_creation_cost(200);
+    const double call_s = wall.elapsed_s();
+    ASSERT_GT(c.thread_s, 0.0);
+    ASSERT_GT(c.process_s, 0.0);
+    EXPECT_LE(c.thread_s + c.process_s, call_s + 1e-4)
+        << "thread_s " << c.thread_s * 1e3 << " ms + process_s " << c.process_s * 1e3
+        << " ms exceed the " << call_s * 1e3 << " ms the whole call took: each total must time "
+        << "only its own loop (restart the clock between the threads and the processes)";
+  }
+}
+
 TEST(HiddenParallelMap, ResultsInInputOrderWhenLaterItemsFinishFirst) {
   // Item i sleeps (n - i) x 8 ms: with 4 workers the items finish roughly in reverse order.
   std::vector<double> xs(12);
@@ -442,6 +486,44 @@ TEST(HiddenParallelFor, TheFirstOfSeveralDifferentFailuresIsRethrown) {
     }
     ASSERT_EQ(started.load(), 4);
   }
+}
+
+TEST(HiddenParallelFor, TheFirstFailureIsKeptWhileItIsCaptured) {
+  // As above, item 0 fails first and items 1..3 fail 80 ms later, but now capturing an exception
+  // (std::current_exception) takes 200 ms (the replacement at the top of this file), so the later
+  // failures arrive while the first one is still being stored. A check of the slot and a store
+  // that are not one critical section (under the mutex) let a later failure see the slot empty
+  // and overwrite item 0's exception.
+#if !defined(DISTLAB_SLOW_CAPTURE)
+  GTEST_SKIP() << "needs libstdc++ (std::current_exception is slowed down by replacing it)";
+#else
+  struct SlowCapture {  // on for one call, off again however the call ends
+    SlowCapture() { g_slow_capture.store(true); }
+    ~SlowCapture() { g_slow_capture.store(false); }
+  };
+  for (int rep = 0; rep < 3; ++rep) {
+    std::atomic<int> started{0};
+    try {
+      SlowCapture slow;
+      threads::parallel_for(4, 4, [&](std::size_t i) {
+        ++started;
+        distlab::Stopwatch wait;
+        while (started.load() < 4 && wait.elapsed_s() < 5.0) std::this_thread::yield();
+        if (i == 0) throw std::runtime_error("item 0 failed first");
+        std::this_thread::sleep_for(80ms);
+        throw std::logic_error("item " + std::to_string(i) + " failed 80 ms later");
+      });
+      ADD_FAILURE() << "no exception reached the caller";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "item 0 failed first");
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "the caller got '" << e.what() << "', not the first failure (item 0's): "
+                    << "a later failure overwrote it while it was being stored; check that the "
+                       "error slot is empty and store into it under one lock";
+    }
+    ASSERT_EQ(started.load(), 4);
+  }
+#endif
 }
 
 struct NotAStdException {
