@@ -4,11 +4,15 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 
 #include <algorithm>
 #include <atomic>
@@ -226,6 +230,60 @@ TEST(HiddenParallelSum, PartialSumsAreAddedInThreadOrder) {
           << "after joining, whatever order the threads finish in";
     }
   }
+}
+
+// A page that stalls its first reader: it is mapped without access, and the SIGSEGV that the
+// first read raises is answered by sleeping 100 ms, then opening the page, so the read goes on.
+char* g_stall_page = nullptr;
+std::size_t g_stall_size = 0;
+struct sigaction g_old_segv;
+
+void stall_then_open(int sig, siginfo_t* info, void*) {
+  char* at = static_cast<char*>(info->si_addr);
+  if (g_stall_page != nullptr && at >= g_stall_page && at < g_stall_page + g_stall_size) {
+    const timespec pause{0, 100'000'000};
+    nanosleep(&pause, nullptr);
+    mprotect(g_stall_page, g_stall_size, PROT_READ | PROT_WRITE);
+    return;
+  }
+  sigaction(sig, &g_old_segv, nullptr);  // any other fault: the usual crash, on return
+}
+
+TEST(HiddenParallelSum, PartialSumsAreAddedInThreadOrderWhenThreadZeroFinishesLast) {
+  // Four chunks of one page each; thread 0's page stalls its first read for 100 ms, so thread 0
+  // finishes long after threads 1..3. Partial sums 1, 1e16, -1e16, 0 give 0 in thread order
+  // (1 + 1e16 rounds to 1e16) but 1 when thread 0's partial sum comes last.
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t per = page / sizeof(double);
+  const int k = 4;
+  void* mem = mmap(nullptr, k * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  double* data = static_cast<double*>(mem);
+  std::fill(data, data + k * per, 0.0);
+  data[0] = 1.0;
+  data[per] = 1e16;
+  data[2 * per] = -1e16;
+  const double want = ((1.0 + 1e16) + -1e16) + 0.0;
+  ASSERT_EQ(want, 0.0);
+  struct sigaction act {};
+  act.sa_sigaction = stall_then_open;
+  act.sa_flags = SA_SIGINFO;
+  sigemptyset(&act.sa_mask);
+  ASSERT_EQ(sigaction(SIGSEGV, &act, &g_old_segv), 0);
+  g_stall_size = page;
+  g_stall_page = static_cast<char*>(mem);
+  for (int rep = 0; rep < 3; ++rep) {
+    ASSERT_EQ(mprotect(mem, page, PROT_NONE), 0);
+    distlab::Stopwatch sw;
+    const double got = threads::parallel_sum(std::span<const double>(data, k * per), k);
+    EXPECT_EQ(got, want) << "the call took " << sw.elapsed_s() * 1e3
+                         << " ms, thread 0 finishing last: the partial sums must be added in "
+                            "thread order (0, 1, ...) after joining, not in the order the threads "
+                            "finish";
+  }
+  g_stall_page = nullptr;
+  sigaction(SIGSEGV, &g_old_segv, nullptr);
+  munmap(mem, k * page);
 }
 
 TEST(HiddenProcesses, EveryChildIsReaped) {
