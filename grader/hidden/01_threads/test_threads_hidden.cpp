@@ -377,6 +377,27 @@ TEST(HiddenTrajectories, ComputedOnNWorkers) {
       << "workers, parallel_for's pool has 4";
 }
 
+TEST(HiddenTrajectories, RowIHoldsItemIWhenItemsAreTiny) {
+  // Trajectories of 0 steps (one value each: initial_state(i)) take nanoseconds, so the workers
+  // claim items all the time and in any interleaving: row i must still hold item i, whichever
+  // worker computed it and whenever (a row chosen by arrival, not by i, shows here).
+  threads::OdeConfig cfg;
+  cfg.n_trajectories = std::size_t{1} << 19;
+  cfg.steps = 0;
+  cfg.seed = 7;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto got = threads::generate_trajectories(cfg, 8);
+    ASSERT_EQ(got.size(), cfg.n_trajectories);
+    std::size_t wrong = 0, first_wrong = 0;
+    for (std::size_t i = 0; i < cfg.n_trajectories; ++i) {
+      if (got[i] != threads::initial_state(cfg, i) && wrong++ == 0) first_wrong = i;
+    }
+    ASSERT_EQ(wrong, 0u) << wrong << " of " << cfg.n_trajectories << " rows do not hold their own "
+                         << "item's trajectory (the first: row " << first_wrong
+                         << "): row i is written by simulate_trajectory(config, i, ...)";
+  }
+}
+
 // A child that calls exit() instead of _exit() runs the parent's exit handlers (and flushes the
 // stdio buffers it copied): one handler, registered once, writes a byte to a pipe when it runs in
 // a process other than this one.
