@@ -2,10 +2,15 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 
@@ -13,6 +18,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <exception>
 #include <fstream>
 #include <chrono>
 #include <cmath>
@@ -30,6 +36,29 @@
 #include "threads.hpp"
 
 using namespace std::chrono_literals;
+
+// A slow std::current_exception for HiddenParallelFor.TheFirstFailureIsKeptWhileItIsCaptured:
+// this test program's own definition replaces libstdc++'s (the program's symbols come first) and
+// forwards to it; while g_slow_capture is set, every call first sleeps 200 ms. That widens the gap
+// between "is the error slot still empty?" and storing into it from nanoseconds to 200 ms, so two
+// workers that fail 80 ms apart both find the slot empty unless the check and the store are one
+// critical section. Only with libstdc++, whose exception_ptr functions live in the shared library.
+#if defined(__GLIBCXX__)
+#define DISTLAB_SLOW_CAPTURE 1
+std::atomic<bool> g_slow_capture{false};
+namespace std {
+exception_ptr current_exception() noexcept {
+  using Real = exception_ptr (*)() noexcept;
+  static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "_ZSt17current_exceptionv"));
+  if (real == nullptr) {  // no libstdc++ behind this program: nothing to forward to
+    std::fputs("test_01_threads_hidden: libstdc++'s std::current_exception not found\n", stderr);
+    std::abort();
+  }
+  if (g_slow_capture.load()) std::this_thread::sleep_for(200ms);
+  return real();
+}
+}  // namespace std
+#endif
 
 TEST(HiddenStartJoin, EightSleepersOverlap) {
   std::atomic<int> ran{0};
@@ -203,6 +232,60 @@ TEST(HiddenParallelSum, PartialSumsAreAddedInThreadOrder) {
   }
 }
 
+// A page that stalls its first reader: it is mapped without access, and the SIGSEGV that the
+// first read raises is answered by sleeping 100 ms, then opening the page, so the read goes on.
+char* g_stall_page = nullptr;
+std::size_t g_stall_size = 0;
+struct sigaction g_old_segv;
+
+void stall_then_open(int sig, siginfo_t* info, void*) {
+  char* at = static_cast<char*>(info->si_addr);
+  if (g_stall_page != nullptr && at >= g_stall_page && at < g_stall_page + g_stall_size) {
+    const timespec pause{0, 100'000'000};
+    nanosleep(&pause, nullptr);
+    mprotect(g_stall_page, g_stall_size, PROT_READ | PROT_WRITE);
+    return;
+  }
+  sigaction(sig, &g_old_segv, nullptr);  // any other fault: the usual crash, on return
+}
+
+TEST(HiddenParallelSum, PartialSumsAreAddedInThreadOrderWhenThreadZeroFinishesLast) {
+  // Four chunks of one page each; thread 0's page stalls its first read for 100 ms, so thread 0
+  // finishes long after threads 1..3. Partial sums 1, 1e16, -1e16, 0 give 0 in thread order
+  // (1 + 1e16 rounds to 1e16) but 1 when thread 0's partial sum comes last.
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t per = page / sizeof(double);
+  const int k = 4;
+  void* mem = mmap(nullptr, k * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  double* data = static_cast<double*>(mem);
+  std::fill(data, data + k * per, 0.0);
+  data[0] = 1.0;
+  data[per] = 1e16;
+  data[2 * per] = -1e16;
+  const double want = ((1.0 + 1e16) + -1e16) + 0.0;
+  ASSERT_EQ(want, 0.0);
+  struct sigaction act {};
+  act.sa_sigaction = stall_then_open;
+  act.sa_flags = SA_SIGINFO;
+  sigemptyset(&act.sa_mask);
+  ASSERT_EQ(sigaction(SIGSEGV, &act, &g_old_segv), 0);
+  g_stall_size = page;
+  g_stall_page = static_cast<char*>(mem);
+  for (int rep = 0; rep < 3; ++rep) {
+    ASSERT_EQ(mprotect(mem, page, PROT_NONE), 0);
+    distlab::Stopwatch sw;
+    const double got = threads::parallel_sum(std::span<const double>(data, k * per), k);
+    EXPECT_EQ(got, want) << "the call took " << sw.elapsed_s() * 1e3
+                         << " ms, thread 0 finishing last: the partial sums must be added in "
+                            "thread order (0, 1, ...) after joining, not in the order the threads "
+                            "finish";
+  }
+  g_stall_page = nullptr;
+  sigaction(SIGSEGV, &g_old_segv, nullptr);
+  munmap(mem, k * page);
+}
+
 TEST(HiddenProcesses, EveryChildIsReaped) {
   // After the calls no child of this process is left, not even a zombie: waitpid(-1, WNOHANG)
   // finds no child at all (ECHILD).
@@ -351,6 +434,27 @@ TEST(HiddenTrajectories, RowIIsItemIWhileWorkersRace) {
   }
 }
 
+TEST(HiddenTrajectories, RowIHoldsItemIWhenItemsAreTiny) {
+  // Trajectories of 0 steps (one value each: initial_state(i)) take nanoseconds, so the workers
+  // claim items all the time and in any interleaving: row i must still hold item i, whichever
+  // worker computed it and whenever (a row chosen by arrival, not by i, shows here).
+  threads::OdeConfig cfg;
+  cfg.n_trajectories = std::size_t{1} << 19;
+  cfg.steps = 0;
+  cfg.seed = 7;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto got = threads::generate_trajectories(cfg, 8);
+    ASSERT_EQ(got.size(), cfg.n_trajectories);
+    std::size_t wrong = 0, first_wrong = 0;
+    for (std::size_t i = 0; i < cfg.n_trajectories; ++i) {
+      if (got[i] != threads::initial_state(cfg, i) && wrong++ == 0) first_wrong = i;
+    }
+    ASSERT_EQ(wrong, 0u) << wrong << " of " << cfg.n_trajectories << " rows do not hold their own "
+                         << "item's trajectory (the first: row " << first_wrong
+                         << "): row i is written by simulate_trajectory(config, i, ...)";
+  }
+}
+
 // A child that calls exit() instead of _exit() runs the parent's exit handlers (and flushes the
 // stdio buffers it copied): one handler, registered once, writes a byte to a pipe when it runs in
 // a process other than this one.
@@ -382,6 +486,24 @@ TEST(HiddenProcesses, ChildrenLeaveAtOnceWithoutTheParentsExitHandlers) {
                     << " child process(es) ran the parent's exit handlers: the child "
                        "must leave with _exit(0) at once (exit() runs atexit handlers and "
                        "flushes the stdio buffers it copied from the parent)";
+}
+
+TEST(HiddenProcesses, ThreadAndProcessTimesAreDisjointPartsOfTheCall) {
+  // "n threads and n processes, one after another": the two totals time two disjoint stretches of
+  // one call, so together they never exceed the wall time of the whole call (measured around it,
+  // same steady clock). A process total that kept counting from the start of the threads holds
+  // thread_s twice; 200 threads take milliseconds, far above the clock's overhead.
+  for (int rep = 0; rep < 5; ++rep) {
+    distlab::Stopwatch wall;
+    const auto c = threads::measure_creation_cost(200);
+    const double call_s = wall.elapsed_s();
+    ASSERT_GT(c.thread_s, 0.0);
+    ASSERT_GT(c.process_s, 0.0);
+    EXPECT_LE(c.thread_s + c.process_s, call_s + 1e-4)
+        << "thread_s " << c.thread_s * 1e3 << " ms + process_s " << c.process_s * 1e3
+        << " ms exceed the " << call_s * 1e3 << " ms the whole call took: each total must time "
+        << "only its own loop (restart the clock between the threads and the processes)";
+  }
 }
 
 TEST(HiddenParallelMap, ResultsInInputOrderWhenLaterItemsFinishFirst) {
@@ -500,6 +622,44 @@ TEST(HiddenParallelFor, TheFirstOfSeveralDifferentFailuresIsRethrown) {
     }
     ASSERT_EQ(started.load(), 4);
   }
+}
+
+TEST(HiddenParallelFor, TheFirstFailureIsKeptWhileItIsCaptured) {
+  // As above, item 0 fails first and items 1..3 fail 80 ms later, but now capturing an exception
+  // (std::current_exception) takes 200 ms (the replacement at the top of this file), so the later
+  // failures arrive while the first one is still being stored. A check of the slot and a store
+  // that are not one critical section (under the mutex) let a later failure see the slot empty
+  // and overwrite item 0's exception.
+#if !defined(DISTLAB_SLOW_CAPTURE)
+  GTEST_SKIP() << "needs libstdc++ (std::current_exception is slowed down by replacing it)";
+#else
+  struct SlowCapture {  // on for one call, off again however the call ends
+    SlowCapture() { g_slow_capture.store(true); }
+    ~SlowCapture() { g_slow_capture.store(false); }
+  };
+  for (int rep = 0; rep < 3; ++rep) {
+    std::atomic<int> started{0};
+    try {
+      SlowCapture slow;
+      threads::parallel_for(4, 4, [&](std::size_t i) {
+        ++started;
+        distlab::Stopwatch wait;
+        while (started.load() < 4 && wait.elapsed_s() < 5.0) std::this_thread::yield();
+        if (i == 0) throw std::runtime_error("item 0 failed first");
+        std::this_thread::sleep_for(80ms);
+        throw std::logic_error("item " + std::to_string(i) + " failed 80 ms later");
+      });
+      ADD_FAILURE() << "no exception reached the caller";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "item 0 failed first");
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "the caller got '" << e.what() << "', not the first failure (item 0's): "
+                    << "a later failure overwrote it while it was being stored; check that the "
+                       "error slot is empty and store into it under one lock";
+    }
+    ASSERT_EQ(started.load(), 4);
+  }
+#endif
 }
 
 struct NotAStdException {
