@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -666,6 +667,48 @@ TEST(HiddenCloseness, ReplicasThatDriftFromRankToRankAreNotClose) {
           << "world size " << p << ", rank " << r << ": a weight is 1 + 0.0008 r on rank r, rtol "
           << rtol << ": each rank is within rtol of its neighbour, but rank " << p - 1
           << " differs from rank 0 by more than rtol, so the replicas are not close";
+    }
+  }
+}
+
+TEST(HiddenCloseness, TheToleranceUsesTheMagnitudesOfNegativeValues) {
+  // rtol 0.5 with negative weights: -2 against -1 is close (|-1| <= 0.5 x max(|-1|, |-2|) = 1),
+  // on rank 2 and then on rank 0; -2 against -0.9 is not (1.1 > 1). A bound taken from the
+  // values' signed maximum (-1, then 0.5 x 1) would call the first pair not close.
+  std::mutex mu;
+  std::vector<int> inside(3, -1), outside(3, -1);
+  distlab::testing::run_ranks(3, [&] {
+    mlp::MLP model(dptest::small_config(), 5);
+    float& w = model.parameters()[0]->value(0, 1);
+    w = dist::rank() == 2 ? -1.0f : -2.0f;
+    const bool a = dp::check_parameter_closeness(model, 0.5f);
+    w = dist::rank() == 0 ? -1.0f : -2.0f;
+    const bool b = dp::check_parameter_closeness(model, 0.5f);
+    w = dist::rank() == 2 ? -0.9f : -2.0f;
+    const bool c = dp::check_parameter_closeness(model, 0.5f);
+    std::lock_guard<std::mutex> g(mu);
+    inside[static_cast<std::size_t>(dist::rank())] = a && b;
+    outside[static_cast<std::size_t>(dist::rank())] = c;
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(inside[static_cast<std::size_t>(r)], 1)
+        << "rank " << r << ": |-1 - (-2)| = 1 <= 0.5 x max(|-1|, |-2|) = 1, so the replicas are "
+        << "close: the tolerance scales with the larger MAGNITUDE";
+    EXPECT_EQ(outside[static_cast<std::size_t>(r)], 0)
+        << "rank " << r << ": |-0.9 - (-2)| = 1.1 > 0.5 x 2, so the replicas are not close";
+  }
+}
+
+TEST(HiddenSharding, StepsBeyondThirtyTwoBits) {
+  // global_batch_index takes and returns std::int64_t: steps past 2^31 / world_size still give
+  // step * world_size + rank (what the int64 contract covers), not a wrapped 32-bit value.
+  for (const std::int64_t step : {std::int64_t{1} << 29, std::int64_t{1} << 31,
+                                  (std::int64_t{1} << 40) + 3, (std::int64_t{1} << 60) / 7}) {
+    for (int world : {1, 3, 8}) {
+      for (int rank = 0; rank < world; ++rank) {
+        EXPECT_EQ(dp::global_batch_index(step, rank, world), step * world + rank)
+            << "step " << step << ", rank " << rank << " of " << world;
+      }
     }
   }
 }
