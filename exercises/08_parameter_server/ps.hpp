@@ -129,7 +129,9 @@ using GradientFn = std::function<void(std::span<const float> weights, std::span<
 /// Task 3 (worker). Starting from `weights` (version 0, the same on every rank), repeat: compute a
 /// gradient at the current weights, push [gradient..., version it was computed on] to the server,
 /// wait for the reply; stop when the reply says stop, otherwise continue from the weights and
-/// version it carries. Returns the number of gradients pushed.
+/// version it carries. On return `weights` holds the last weights the worker was answered with
+/// (the initial ones if no reply carried weights): a stop reply's weight slots are not taken.
+/// Returns the number of gradients pushed.
 int async_worker(std::span<float> weights, const GradientFn& gradient, const Layout& layout);
 
 // ---- Given --------------------------------------------------------------------------------------

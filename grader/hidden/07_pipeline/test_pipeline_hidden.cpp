@@ -368,4 +368,66 @@ TEST(HiddenZB, WBeforeItsBThrowsInEveryStep) {
   }
 }
 
+// ---- Task 7's order: zero the gradients, run the schedule, one SGD step ---------------------------
+// Every stage starts the step with gradients left over (as a backward outside a step leaves
+// them): they must not reach the update, and after the step every stage holds this batch's
+// gradient (the single-process model's gradient of the whole batch), not zeros.
+
+void step_zeroes_gradients_first(Schedule s) {
+  const mlp::Config c = tiny_config(7, 15, mlp::Activation::ReLU);
+  const int p = 3, m = 4;
+  const auto& data = data_for(c);
+  const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
+  mlp::Matrix x, probs, dlogits;
+  mlp::Labels y;
+  loader.load(0, x, y);
+  // The oracle: one single-process step on the same batch.
+  mlp::MLP model(c, c.seed + 2);
+  mlp::SGD model_opt(model.parameters(), c.learning_rate);
+  mlp::train_step(model, model_opt, x, y, probs, dlogits);
+  std::vector<mlp::Matrix> want_w, want_g;
+  for (const mlp::Parameter* prm : model.parameters()) {
+    want_w.push_back(prm->value);
+    want_g.push_back(prm->grad);
+  }
+  const auto ranks = static_cast<std::size_t>(p);
+  std::vector<std::vector<mlp::Matrix>> got_w(ranks), got_g(ranks);
+  std::vector<int> first_layer(ranks, 0);
+  dist::launch(distlab::testing::test_options(p), [&] {
+    const int rank = dist::rank();
+    pp::Stage stage(c, c.seed + 2, rank, p);
+    for (mlp::Parameter* prm : stage.parameters()) prm->grad.setConstant(0.25f);
+    mlp::SGD opt(stage.parameters(), c.learning_rate);
+    const pp::Batch batch{x, y, m};
+    pp::train_step(stage, opt, batch, s);
+    std::vector<mlp::Matrix> w, g;
+    for (const mlp::Parameter* prm : stage.parameters()) {
+      w.push_back(prm->value);
+      g.push_back(prm->grad);
+    }
+    got_w[static_cast<std::size_t>(rank)] = std::move(w);
+    got_g[static_cast<std::size_t>(rank)] = std::move(g);
+    first_layer[static_cast<std::size_t>(rank)] = stage.layers().begin;
+  });
+  for (int r = 0; r < p; ++r) {
+    const auto ur = static_cast<std::size_t>(r);
+    for (std::size_t k = 0; k < got_w[ur].size(); ++k) {
+      const auto layer = static_cast<std::size_t>(first_layer[ur]) + k;
+      EXPECT_TRUE(close(got_w[ur][k], want_w[layer]))
+          << pp::to_string(s) << ": stage " << r << ", layer " << layer
+          << ": the weights after a step that began with gradients left over differ from one "
+             "single-process step (zero the gradients before the schedule runs)";
+      EXPECT_TRUE(close(got_g[ur][k], want_g[layer]))
+          << pp::to_string(s) << ": stage " << r << ", layer " << layer
+          << ": after the step the stage must hold this batch's gradient (zero, run the "
+             "schedule, step: nothing clears them after the step)";
+    }
+  }
+}
+
+TEST(HiddenValues, StepZeroesGradientsFirst) {
+  for (Schedule s : {Schedule::Naive, Schedule::GPipe, Schedule::OneFOneB, Schedule::ZeroBubble})
+    step_zeroes_gradients_first(s);
+}
+
 }  // namespace

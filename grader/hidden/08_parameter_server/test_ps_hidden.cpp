@@ -514,4 +514,60 @@ TEST(HiddenAsyncLog, LatePushesAreStoppedAsTheyArrive) {
   EXPECT_GE(cases, 3) << "the test needs runs where the straggler pushes after a fast worker";
 }
 
+TEST(HiddenAsyncWorker, AStoppedWorkerKeepsTheLastWeightsItWasAnswered) {
+  // The test is the server (rank 0): it answers three pushes with weights of its own (versions
+  // 1, 2, 3) and the fourth with a stop reply whose weight slots hold a sentinel. The worker must
+  // compute each gradient at the weights it was last answered with and, once stopped, still hold
+  // version 3's weights: the stop reply carries no weights to continue from.
+  constexpr std::size_t n = 7;
+  constexpr int rounds = 3;
+  constexpr float kSentinel = 99.0f;
+  auto answer = [](int version) {
+    std::vector<float> w(n);
+    for (std::size_t i = 0; i < n; ++i)
+      w[i] = 0.5f * static_cast<float>(version) + 0.01f * static_cast<float>(i);
+    return w;
+  };
+  const ps::Layout layout{1, 2};
+  std::vector<std::vector<float>> computed_at;  // the weights of each gradient call, in order
+  std::vector<float> final_weights;
+  int pushed = -1;
+  std::vector<float> pushed_versions;
+  run_ranks(threads_options(2), [&] {
+    std::vector<float> msg(n + 1);
+    if (dist::rank() == 0) {
+      for (int v = 1; v <= rounds + 1; ++v) {
+        dist::recv(std::span<float>(msg), 1, ps::kPushTag);
+        pushed_versions.push_back(msg[n]);
+        const std::vector<float> w = v <= rounds ? answer(v) : std::vector<float>(n, kSentinel);
+        std::copy(w.begin(), w.end(), msg.begin());
+        msg[n] = v <= rounds ? static_cast<float>(v) : ps::kStopVersion;
+        dist::send(std::span<const float>(msg), 1, ps::kReplyTag);
+      }
+    } else {
+      std::vector<float> w = answer(0);
+      pushed = ps::async_worker(
+          w,
+          [&](std::span<const float> at, std::span<float> grad) {
+            computed_at.emplace_back(at.begin(), at.end());
+            std::fill(grad.begin(), grad.end(), 1.0f);
+          },
+          layout);
+      final_weights = w;
+    }
+  });
+  ASSERT_EQ(pushed, rounds + 1) << "three weight replies and a stop: four gradients pushed";
+  ASSERT_EQ(computed_at.size(), static_cast<std::size_t>(rounds + 1));
+  for (int v = 0; v <= rounds; ++v) {
+    EXPECT_EQ(computed_at[static_cast<std::size_t>(v)], answer(v))
+        << "gradient " << v << " must be computed at the weights of the reply with version " << v;
+    EXPECT_EQ(pushed_versions[static_cast<std::size_t>(v)], static_cast<float>(v))
+        << "push " << v << " must carry the version its gradient was computed on";
+  }
+  EXPECT_EQ(final_weights, answer(rounds))
+      << "after the stop reply the worker must still hold the last weights it was answered with "
+         "(version "
+      << rounds << "), not the stop reply's weight slots (" << kSentinel << ")";
+}
+
 }  // namespace

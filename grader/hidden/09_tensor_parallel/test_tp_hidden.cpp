@@ -36,6 +36,7 @@ void step_traffic(const tp::TpConfig& c) {
     const tp::Grid& g = trainer.grid();
     const auto B = static_cast<std::size_t>(c.model.batch_size / c.dp);
     std::uint64_t tp_expected = 0, dp_expected = 0;
+    const std::uint64_t calls0 = dist::stats().builtin_collectives;
     for (int k = 0; k < c.model.n_layers / 2; ++k) {
       tp_expected +=
           all_reduce_cost(B * static_cast<std::size_t>(c.model.layer_out(2 * k + 1)), g.tp_group)
@@ -46,10 +47,15 @@ void step_traffic(const tp::TpConfig& c) {
                 .first;
       }
     }
+    // Calls of built-in collectives: the blocks' all-reduces (counted while all_reduce_cost runs
+    // them), then per parameter one all-reduce on the DP group, even a group of one (ZeRO: a
+    // reduce-scatter and an all-gather).
+    std::uint64_t calls_expected = dist::stats().builtin_collectives - calls0;
     for (const mlp::Parameter* p : trainer.model().parameters()) {
       const auto n = static_cast<std::size_t>(p->numel());
       dp_expected +=
           all_reduce_cost(c.zero ? tp::ZeroOptimizer::padded(n, c.dp) : n, g.dp_group).first;
+      calls_expected += c.zero ? 2 : 1;
     }
     dist::barrier();
     dist::reset_stats();
@@ -69,10 +75,19 @@ void step_traffic(const tp::TpConfig& c) {
     EXPECT_EQ(other, 0u) << "rank " << dist::rank();
     EXPECT_EQ(to_tp, tp_expected) << "rank " << dist::rank() << ": TP group bytes";
     EXPECT_EQ(to_dp, dp_expected) << "rank " << dist::rank() << ": DP group bytes";
+    EXPECT_EQ(s.builtin_collectives, calls_expected)
+        << "rank " << dist::rank() << ": one built-in all-reduce per block and direction on the "
+        << "TP group, then one per gradient on the DP group (dp = " << c.dp << ")";
   });
 }
 
 TEST(HiddenTraffic, FourByTwo) { step_traffic(grid_config(tiny_config(10, 4, 16), 4, 2, 0)); }
+TEST(HiddenTraffic, DpOneStillAllReducesEveryGradient) {
+  // A DP group of one rank: the mean is the gradient itself and no byte moves, but the step still
+  // makes its one built-in all-reduce per gradient (README: Tests, Traffic).
+  step_traffic(grid_config(tiny_config(10, 4, 16), 2, 1, 0));
+  step_traffic(grid_config(tiny_config(9, 4, 12), 4, 1, 0));
+}
 TEST(HiddenTraffic, ZeroOverThreeReplicas) {
   step_traffic(grid_config(tiny_config(10, 4, 12), 2, 3, 1));
   step_traffic(grid_config(tiny_config(10, 4, 12), 1, 3, 2));

@@ -2,6 +2,7 @@
 // caps (one bucket per layer, one bucket for all) and networks, against the same closed forms.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,36 @@ TEST(HiddenWaiting, PollOnTheExactEnd) {
   w.backward_s = 1.0 / 1024;
   w.poll_interval_s = 1.0 / 4096;
   hidden_waiting(Strategy::Poll, 1, w, threads_options(1));
+}
+
+TEST(HiddenWaiting, PollSpansAreNamedPollInTheTrace) {
+  // streams.hpp: Poll charges each interval with dist::sim_compute, span name "poll": the host
+  // track of the Chrome trace shows the busy wait as ceil(T / q) spans named "poll", each q long,
+  // back to back from the start until the all-reduce (T) is complete.
+  const int p = 2;
+  const std::size_t floats = 3u << 14;
+  dist::LaunchOptions o = threads_options(p);
+  o.trace_path = ::testing::TempDir() + "distlab_10_poll_spans.json";
+  const double t = ring_seconds(static_cast<double>(floats * sizeof(float)), p, o.network);
+  const double q = t / 6.3;  // not a whole number of intervals
+  const auto polls = static_cast<std::size_t>(std::ceil(t / q * (1 - 1e-12)));
+  run_ranks(o, [&] {
+    Stream compute("compute"), comm("comm");
+    DeviceBuffer<float> buf("grad", floats);
+    AllReduceWork work(buf, comm);
+    wait_for(work, Strategy::Poll, compute, q);
+  });
+  std::vector<distlab::testing::TraceSpan> poll;
+  for (const auto& sp : distlab::testing::trace_spans(o.trace_path, "rank 0"))
+    if (sp.name == "poll") poll.push_back(sp);
+  ASSERT_EQ(poll.size(), polls) << "the host track of rank 0 must show the busy wait as one span "
+                                   "named \"poll\" per interval: "
+                                << polls << " intervals of " << q << " s for an all-reduce of " << t
+                                << " s";
+  for (std::size_t k = 0; k < poll.size(); ++k) {
+    EXPECT_TRUE(within_1pct(poll[k].t0, static_cast<double>(k) * q)) << "poll span " << k;
+    EXPECT_TRUE(within_1pct(poll[k].t1 - poll[k].t0, q)) << "poll span " << k << " lasts q";
+  }
 }
 
 TEST(HiddenOverlap, BucketCapsValuesAndTimes) {
