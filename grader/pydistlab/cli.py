@@ -34,6 +34,7 @@ instructors:
   ./distlab release OUT           write the student repository
   ./distlab audit --submissions DIR   suspicious constructs (file:line) and pairs sharing their code
   ./distlab new-module NN_topic   create a working empty module in every place a module lives
+  ./distlab promises [MODULE] --uncovered   contract sentences no promise-ledger row quotes
 """
 
 
@@ -128,6 +129,11 @@ def _cmd_new_module(a: argparse.Namespace) -> int:
     return new_module.main(a.name, title=a.title)
 
 
+def _cmd_promises(a: argparse.Namespace) -> int:
+    from .commands import promises
+    return promises.main(a)
+
+
 def _cmd_test(a: argparse.Namespace) -> int:
     from .commands import selftest
     return selftest.main(a)
@@ -136,7 +142,7 @@ def _cmd_test(a: argparse.Namespace) -> int:
 #: Commands of the instructors' kit only: a student repository (./distlab release) has no
 #: solutions/, hidden tests or mutants for them to work on, so they are not offered there.
 INSTRUCTOR_ONLY = {"sync", "check", "release", "gradescope-zip", "golden", "mutants", "test", "audit",
-                   "new-module"}
+                   "new-module", "promises"}
 
 
 def _instructor_only(name: str) -> Callable[[argparse.Namespace], int]:
@@ -302,6 +308,13 @@ def parser() -> argparse.ArgumentParser:
              "function: the reference scores full marks, the stub zero")
     nm.add_argument("name", metavar="NN_topic")
     nm.add_argument("--title", default="", help="one line saying what the module teaches")
+
+    pr = add("promises", _cmd_promises, "how much of each module's contract (header comments, README "
+             "prose) its promise ledger quotes: sentences, and those covered by a row "
+             "(grader/hidden/<module>/promises.toml)")
+    pr.add_argument("modules", nargs="*", metavar="MODULE", help="only these modules (default all)")
+    pr.add_argument("--uncovered", action="store_true",
+                    help="also list every sentence no row quotes, with its file and line")
 
     t = add("test", _cmd_test, "the kit's self-test (last line: N passed, N failed)")
     t.add_argument("--only", default=None,
