@@ -16,7 +16,9 @@ Steps (each counts its checks):
   sync       ./distlab check --stubs, and the transcription check: no formula of a solution region
              in a module's README, C++ comments and TODO texts, hint levels 1-2 or docs/NN_*.md
              (grader/pydistlab/transcription.py; grader/selftest/transcription.toml lists the
-             modules whose findings are only listed, and the formulas a module may print)
+             modules whose findings are only listed, and the formulas a module may print), the
+             promise ledgers (grader/pydistlab/promises.py) and, as information, how many
+             sentences of the contracts a ledger row quotes (./distlab promises)
   golden     reference outputs reproduce (./distlab golden --check)
   release    ./distlab release writes a repository without solutions and hidden tests
   selftest   the grader's own unittests (grader/selftest) on planted submissions
@@ -54,7 +56,7 @@ import subprocess
 import sys
 import time
 
-from .. import deps, doc_commands, grade, manifest as mf, promises, transcription
+from .. import coverage, deps, doc_commands, grade, manifest as mf, promises, transcription
 from ..errors import DistlabError
 from ..paths import BUILD, MANIFEST, ROOT, is_release, nproc
 from ..results import Mode
@@ -146,6 +148,9 @@ def step_sync(t: Tally) -> None:
         t.check(not problems, f"promises: {name}'s ledger covers its tests", "\n".join(problems[:40]))
         if not problems:
             print(f"    {promises.summary(name)}", flush=True)
+    # How much of the contracts the ledgers quote (information, not a check: ./distlab promises
+    # --uncovered lists the sentences no row quotes).
+    print(f"    {coverage.overall([coverage.coverage(name) for name in mf.load().modules])}", flush=True)
     step_transcription(t)
 
 
