@@ -34,8 +34,9 @@ namespace fsdp {
 void shard_unit(std::span<const float> full, int dp, int rank, std::span<float> shard);
 
 /// Task 2. One Adam step (model.hpp: AdamConfig, the update rule) on one shard: w, g, m, v of
-/// equal sizes (else std::invalid_argument), t >= 1 the step number. Element-wise, so a shard's
-/// update equals the same elements of the whole unit's update.
+/// equal sizes (else std::invalid_argument, thrown before anything is written: a refused call
+/// changes nothing), t >= 1 the step number. Element-wise, so a shard's update equals the same
+/// elements of the whole unit's update.
 void adam_update(std::span<float> w, std::span<const float> g, std::span<float> m,
                  std::span<float> v, std::int64_t t, const AdamConfig& config);
 

@@ -198,6 +198,50 @@ TEST(HiddenSsp, OtherBoundsAndWorkers) {
   }
 }
 
+TEST(HiddenSsp, MaxLeadReplaysTheReleaseRuleWithUnevenWorkers) {
+  // Workers of uneven speed (factors 1 to 3.1), s = 0..3, 2..5 workers. The expected max_lead
+  // is the server's documented rule replayed over the log's sources: after each update but the
+  // last, every waiting worker that ssp_may_proceed lets go on is answered, and its lead (its
+  // pushes - the slowest's) at that moment counts, whoever pushed. The replay also checks that
+  // no worker pushed while it was held back.
+  const mlp::Config c = other_config();
+  const std::vector<double> speeds = {1.0, 2.3, 1.4, 3.1, 1.7};
+  for (int workers = 2; workers <= 5; ++workers) {
+    const std::vector<double> factors(speeds.begin(), speeds.begin() + workers);
+    for (int s = 0; s <= 3; ++s) {
+      const int updates = 36;
+      const AsyncRun run = run_async(c, data_for(c), workers, updates, s, 1e-3, 1.0, factors);
+      ASSERT_EQ(run.log.source.size(), static_cast<std::size_t>(updates));
+      std::vector<int> pushes(static_cast<std::size_t>(workers), 0);
+      std::vector<char> waiting(static_cast<std::size_t>(workers), 0);
+      int want = 0;
+      for (int i = 0; i < updates; ++i) {
+        const int src = run.log.source[static_cast<std::size_t>(i)];
+        ASSERT_TRUE(src >= 1 && src <= workers) << "update " << i << ": source " << src;
+        const auto k = static_cast<std::size_t>(src - 1);
+        ASSERT_FALSE(waiting[k]) << workers << " workers, s=" << s << ", update " << i
+                                 << ": worker rank " << src
+                                 << " pushed while it was held back (not answered)";
+        ++pushes[k];
+        waiting[k] = 1;
+        if (i + 1 == updates) break;  // no reply carries weights after the last update
+        const int slowest = *std::min_element(pushes.begin(), pushes.end());
+        for (std::size_t q = 0; q < pushes.size(); ++q) {
+          if (waiting[q] && pushes[q] - slowest <= s) {
+            waiting[q] = 0;
+            want = std::max(want, pushes[q] - slowest);
+          }
+        }
+      }
+      EXPECT_EQ(want, s) << workers << " workers, s=" << s
+                         << ": workers this uneven reach the bound (and never pass it)";
+      EXPECT_EQ(run.log.max_lead, want)
+          << workers << " workers, s=" << s << ", speeds 1 to 3.1: ServerLog::max_lead is the "
+          << "largest lead of a worker at the moment it is answered (replayed from the log)";
+    }
+  }
+}
+
 TEST(HiddenSsp, AnUnreachableBoundIsAsync) {
   const mlp::Config c = small_config();
   const AsyncRun a = run_async(c, data_for(c), 3, 20, -1, 1e-3, 2.0);

@@ -89,6 +89,54 @@ TEST(HiddenWaiting, OtherIntervalsNetworksAndWorldSizes) {
   }
 }
 
+TEST(HiddenWaiting, BusyComputeStreamDoesNotLengthenTheHostsWait) {
+  // compute still has an 8 ms kernel queued past the all-reduce's end. The host waits for the
+  // all-reduce alone: Synchronize ends at its end (not when compute drains), Poll at the first
+  // poll at or after it, StreamOrder at once; a copy enqueued on compute afterwards reads the
+  // all-reduced values (the race detector checks that it is ordered after the all-reduce).
+  const double busy = 8e-3, kernel = 1e-3, q = 1e-4;
+  for (int p : {2, 4}) {
+    for (Strategy s : {Strategy::Synchronize, Strategy::Poll, Strategy::StreamOrder}) {
+      run_ranks(threads_options(p), [&] {
+        Stream compute("compute"), comm("comm");
+        DeviceBuffer<float> buf("buf", 4096), other("other", 64);
+        Event origin("origin"), ready("ready"), queued("queued"), consumed("consumed");
+        origin.record(compute);
+        dd::launch(compute, {"produce", kernel, {dd::writes(buf)}}, [&] {
+          for (float& x : buf.span()) x = static_cast<float>(dist::rank() + 1);
+        });
+        ready.record(compute);
+        comm.wait_event(ready);
+        const double end =
+            kernel + ring_seconds(static_cast<double>(buf.bytes()), p, dist::NetworkModel{});
+        ASSERT_LT(end * 2, kernel + busy) << "the test needs compute busy well past the end";
+        AllReduceWork work(buf, comm);
+        dd::launch(compute, {"busy", busy, {dd::writes(other)}}, [] {});
+        queued.record(compute);
+        const double cost = wait_for(work, s, compute, q);
+        const double want = s == Strategy::Synchronize ? end
+                            : s == Strategy::Poll      ? std::ceil(end / q * (1 - 1e-12)) * q
+                                                       : 0.0;
+        EXPECT_TRUE(within_1pct(cost, want))
+            << to_string(s) << ", p=" << p << ": the host waits for the all-reduce (ends at "
+            << end * 1e3 << " ms) and no longer; compute's queued kernel ends at "
+            << (kernel + busy) * 1e3 << " ms";
+        EXPECT_TRUE(within_1pct(dist::sim_time(), want)) << to_string(s) << ", p=" << p;
+        EXPECT_FALSE(queued.query())
+            << to_string(s) << ", p=" << p << ": compute's queued kernel is still running";
+        std::vector<float> got(buf.size());
+        dd::memcpy_async(std::span<float>(got), buf, compute);
+        consumed.record(compute);
+        consumed.synchronize();
+        EXPECT_GE(dd::elapsed_seconds(origin, consumed), kernel + busy)
+            << to_string(s) << ", p=" << p << ": the copy is queued behind compute's kernel";
+        EXPECT_TRUE(elements_near(got, std::vector<float>(got.size(), waiting_mean(p))))
+            << to_string(s) << ", p=" << p;
+      });
+    }
+  }
+}
+
 TEST(HiddenWaiting, PollOnTheExactEnd) {
   // p = 1: the all-reduce is free, the wait ends exactly at the backward kernel's end, a whole
   // number of intervals (binary fractions: no rounding): the poll at that instant sees it complete.

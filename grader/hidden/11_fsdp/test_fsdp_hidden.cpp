@@ -3,7 +3,10 @@
 // same closed forms and single-process Adam.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -80,6 +83,63 @@ TEST(HiddenAdam, MomentsAfterChangingGradients) {
     EXPECT_NEAR(w[i], wd, 1e-5) << "element " << i;
     EXPECT_NEAR(m[i], md, 1e-6) << "element " << i;
     EXPECT_NEAR(v[i], vd, 1e-6) << "element " << i;
+  }
+}
+
+TEST(HiddenAdam, AZeroGradientStillDecaysTheMomentsAndMoves) {
+  // Element-wise, every element follows the rule whatever its gradient: a real weight whose
+  // gradient is exactly 0 in a step (a dead ReLU unit) after non-zero steps still decays m and v
+  // and still moves by learning_rate m_hat / (sqrt(v_hat) + eps).
+  AdamConfig a;
+  a.learning_rate = 0.05f;
+  a.beta1 = 0.8f;
+  a.beta2 = 0.9f;
+  a.eps = 1e-3f;
+  const std::vector<std::vector<float>> grads = {
+      {1.0f, -0.5f, 0.0f, 2.0f}, {0.0f, 0.25f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, -1.0f}};
+  const std::vector<float> w0 = {0.3f, -0.1f, 0.7f, 0.0f};
+  std::vector<float> w = w0, m(4, 0.0f), v(4, 0.0f);
+  for (std::size_t t = 0; t < grads.size(); ++t) {
+    adam_update(w, grads[t], m, v, static_cast<std::int64_t>(t + 1), a);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      double wd = w0[i], md = 0, vd = 0;
+      for (std::size_t k = 0; k <= t; ++k) {
+        const double g = grads[k][i];
+        const auto step = static_cast<double>(k + 1);
+        md = a.beta1 * md + (1 - a.beta1) * g;
+        vd = a.beta2 * vd + (1 - a.beta2) * g * g;
+        wd -= a.learning_rate * (md / (1 - std::pow(a.beta1, step))) /
+              (std::sqrt(vd / (1 - std::pow(a.beta2, step))) + a.eps);
+      }
+      EXPECT_NEAR(w[i], wd, 1e-5) << "step " << t + 1 << ", element " << i << ", gradient "
+                                  << grads[t][i];
+      EXPECT_NEAR(m[i], md, 1e-6) << "step " << t + 1 << ", element " << i;
+      EXPECT_NEAR(v[i], vd, 1e-6) << "step " << t + 1 << ", element " << i;
+    }
+  }
+}
+
+TEST(HiddenAdam, ARefusedCallChangesNothing) {
+  // fsdp.hpp: unequal sizes throw std::invalid_argument "before anything is written": w, m and v
+  // keep every element, whichever span is shorter or longer.
+  for (std::size_t odd = 0; odd < 4; ++odd) {
+    for (std::size_t n : {3u, 5u}) {
+      std::vector<std::vector<float>> spans(4);
+      for (std::size_t s = 0; s < 4; ++s) {
+        const std::size_t size = s == odd ? n : 4;
+        for (std::size_t i = 0; i < size; ++i)
+          spans[s].push_back(0.25f * static_cast<float>(s + 1) + 0.5f * static_cast<float>(i));
+      }
+      const auto before = spans;
+      EXPECT_THROW(adam_update(spans[0], spans[1], spans[2], spans[3], 2, AdamConfig{}),
+                   std::invalid_argument)
+          << "span " << odd << " (w, g, m, v) of " << n << " elements, the others 4";
+      const char* names[] = {"w", "g", "m", "v"};
+      for (std::size_t s = 0; s < 4; ++s) {
+        EXPECT_EQ(spans[s], before[s]) << names[s] << " changed by a refused call (span " << odd
+                                       << " of " << n << " elements, the others 4)";
+      }
+    }
   }
 }
 
