@@ -808,8 +808,7 @@ TEST(HiddenProcesses, ThreadsAreStartedAndJoinedOneAtATime) {
   const threads::CreationCost c = threads::measure_creation_cost(n);
   g_count_threads.store(false);
   ASSERT_EQ(g_started_threads.load(), n)
-      << "measure_creation_cost(" << n << ") must start n std::threads (each started and joined "
-         "in turn)";
+      << "measure_creation_cost(" << n << ") must start n std::threads, each started and joined";
   EXPECT_EQ(g_live_threads.load(), 0) << "every timed thread must have finished (joined)";
   EXPECT_EQ(g_most_live_threads.load(), 1)
       << g_most_live_threads.load() << " of the timed threads were alive at once: start one "

@@ -569,8 +569,7 @@ TEST(HiddenAsyncLog, WaitingWorkersAreStoppedInWorkerOrder) {
   const AsyncRun run = run_async(c, data_for(c), 3, 15, 0, 1e-3, 1.0);
   ASSERT_EQ(run.log.source.size(), 15u);
   for (std::size_t k = 0; k < 3; ++k) {
-    ASSERT_EQ(run.pushed[k], 5) << "worker " << k << ": the test needs every worker waiting at "
-                                                     "the last update";
+    ASSERT_EQ(run.pushed[k], 5) << "worker " << k << ": the test needs all waiting at the end";
   }
   const std::size_t bytes = (run.weights.size() + 1) * sizeof(float);
   const double reply = dist::NetworkModel{}.message_cost(0, 1, bytes);
