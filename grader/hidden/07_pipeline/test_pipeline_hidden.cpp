@@ -424,3 +424,32 @@ TEST(HiddenStageCompute, BackwardOfMicrobatchZeroAddsToExistingGradients) {
     }
   }
 }
+
+// pipeline.hpp: "One training step: zero the gradients, run the schedule, one SGD step": whatever
+// the stage's gradients held before the step (here a constant put there by hand) is not part of
+// the update, so the weights after the step equal single-process training's.
+TEST(HiddenTrainStep, GradientsHeldBeforeTheStepDoNotLeakIntoIt) {
+  const mlp::Config c = tiny_config(3, 8, mlp::Activation::ReLU);
+  const Reference ref = single_process(c, 1);
+  const auto& data = data_for(c);
+  const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
+  std::vector<mlp::Matrix> got;
+  dist::launch(distlab::testing::test_options(1), [&] {
+    pp::Stage stage(c, c.seed + 2, 0, 1);
+    stage.zero_grad();
+    for (mlp::Parameter* p : stage.parameters()) p->grad.setConstant(0.5f);
+    mlp::SGD opt(stage.parameters(), c.learning_rate);
+    mlp::Matrix x;
+    mlp::Labels y;
+    loader.load(0, x, y);
+    const pp::Batch batch{x, y, 2};
+    (void)pp::train_step(stage, opt, batch, Schedule::GPipe);
+    for (const mlp::Parameter* p : stage.parameters()) got.push_back(p->value);
+  });
+  ASSERT_EQ(got.size(), ref.weights[0].size());
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    EXPECT_TRUE(close(got[k], ref.weights[0][k]))
+        << "layer " << k << ": the stage's gradients held 0.5 before train_step; the step must "
+        << "zero them first, so that only the batch's gradients are applied";
+  }
+}
