@@ -118,8 +118,8 @@ bool ssp_may_proceed(int pushes, int slowest, int staleness);
 ///     only right after an update, to the waiting workers that ssp_may_proceed lets go on, in
 ///     worker order; max_lead is the largest lead of a worker at the moment it is answered;
 ///   * no reply carries weights after the last update: then every worker gets exactly one stop
-///     reply (version kStopVersion), the waiting ones at once, the others when their next push
-///     arrives (that gradient is not applied).
+///     reply (version kStopVersion), the waiting ones at once in worker order, the others when
+///     their next push arrives (that gradient is not applied).
 /// Returns the log.
 ServerLog async_server(std::span<float> weights, const AsyncOptions& options, const Layout& layout);
 

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -58,6 +59,56 @@ exception_ptr current_exception() noexcept {
   return real();
 }
 }  // namespace std
+#endif
+
+// A counting pthread_create for HiddenProcesses.ThreadsAreStartedAndJoinedOneAtATime: this test
+// program's own definition replaces the C library's (the program's symbols come first) and
+// forwards to it; while g_count_threads is set, it counts the threads started and the ones alive
+// (from the call that starts a thread until its function has returned, which is before a join of
+// it returns), and each such thread first sleeps 5 ms, so a thread that is not joined before the
+// next is started is still alive then, however fast the machine. Only with glibc on Linux.
+#if defined(__linux__) && defined(__GLIBC__)
+#define DISTLAB_COUNT_THREADS 1
+std::atomic<bool> g_count_threads{false};
+std::atomic<int> g_started_threads{0};
+std::atomic<int> g_live_threads{0};
+std::atomic<int> g_most_live_threads{0};
+namespace {
+struct CountedStart {
+  void* (*fn)(void*);
+  void* arg;
+};
+void* counted_start(void* p) {
+  const CountedStart start = *static_cast<CountedStart*>(p);
+  delete static_cast<CountedStart*>(p);
+  std::this_thread::sleep_for(5ms);
+  void* result = start.fn(start.arg);
+  g_live_threads.fetch_sub(1);
+  return result;
+}
+}  // namespace
+extern "C" int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*),
+                              void* arg) {
+  using Real = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+  static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_create"));
+  if (real == nullptr) {
+    std::fputs("test_01_threads_hidden: the C library's pthread_create not found\n", stderr);
+    std::abort();
+  }
+  if (!g_count_threads.load()) return real(thread, attr, fn, arg);
+  const int live = g_live_threads.fetch_add(1) + 1;
+  for (int most = g_most_live_threads.load();
+       live > most && !g_most_live_threads.compare_exchange_weak(most, live);) {
+  }
+  g_started_threads.fetch_add(1);
+  auto* start = new CountedStart{fn, arg};
+  const int rc = real(thread, attr, counted_start, start);
+  if (rc != 0) {
+    delete start;
+    g_live_threads.fetch_sub(1);
+  }
+  return rc;
+}
 #endif
 
 TEST(HiddenStartJoin, EightSleepersOverlap) {
@@ -740,5 +791,82 @@ TEST(HiddenParallelFor, EveryIndexOnceUnderHeavyContention) {
     ASSERT_EQ(static_cast<std::size_t>(once), n)
         << n - static_cast<std::size_t>(once)
         << " indices ran twice or never: claim each index with one atomic fetch_add";
+  }
+}
+
+#if defined(DISTLAB_COUNT_THREADS)
+TEST(HiddenProcesses, ThreadsAreStartedAndJoinedOneAtATime) {
+  // "Times n threads (each started and joined in turn, doing nothing)": thread i is joined before
+  // thread i + 1 is started, so at most one of the timed threads is alive at a time. The counting
+  // pthread_create above keeps each started thread alive 5 ms, so threads started together (all
+  // started, then all joined) overlap.
+  const int n = 20;
+  g_started_threads.store(0);
+  g_count_threads.store(true);
+  std::thread([] {}).join();  // does this program's pthread_create see std::thread's starts?
+  g_count_threads.store(false);
+  if (g_started_threads.load() != 1) GTEST_SKIP() << "pthread_create cannot be counted here";
+  g_started_threads.store(0);
+  g_live_threads.store(0);
+  g_most_live_threads.store(0);
+  g_count_threads.store(true);
+  const threads::CreationCost c = threads::measure_creation_cost(n);
+  g_count_threads.store(false);
+  ASSERT_EQ(g_started_threads.load(), n)
+      << "measure_creation_cost(" << n << ") must start n std::threads, each started and joined";
+  EXPECT_EQ(g_live_threads.load(), 0) << "every timed thread must have finished (joined)";
+  EXPECT_EQ(g_most_live_threads.load(), 1)
+      << g_most_live_threads.load() << " of the timed threads were alive at once: start one "
+      << "thread, join it, then start the next (each started and joined in turn)";
+  EXPECT_GE(c.thread_s, n * 5e-3) << "each timed thread lived 5 ms here";
+}
+#endif
+
+TEST(HiddenParallelFor, TwoCallsAtOnceEachCallEveryIndexOfTheirOwnRangeOnce) {
+  // "Calls body(i) once for every i in [0, n_items)": two parallel_for calls running at the same
+  // time (from two threads) are independent: each calls its own body once for every index of its
+  // own range. Every body waits until both calls have begun, so the two pools run together.
+  const std::size_t sizes[2] = {120, 90};
+  std::vector<std::atomic<int>> counts[2] = {std::vector<std::atomic<int>>(sizes[0]),
+                                             std::vector<std::atomic<int>>(sizes[1])};
+  std::atomic<bool> begun[2] = {false, false};
+  std::atomic<bool> gave_up{false};
+  std::exception_ptr errors[2];
+  auto call = [&](int k) {
+    const auto ku = static_cast<std::size_t>(k);
+    try {
+      threads::parallel_for(sizes[ku], 3, [&, ku](std::size_t i) {
+        begun[ku].store(true);
+        const auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (!(begun[0].load() && begun[1].load())) {
+          if (std::chrono::steady_clock::now() > deadline) {
+            gave_up.store(true);
+            break;
+          }
+          std::this_thread::sleep_for(100us);
+        }
+        if (i < sizes[ku]) counts[ku][i].fetch_add(1);
+        std::this_thread::sleep_for(200us);
+      });
+    } catch (...) {
+      errors[ku] = std::current_exception();
+    }
+  };
+  std::thread a(call, 0), b(call, 1);
+  a.join();
+  b.join();
+  ASSERT_FALSE(gave_up.load()) << "the two calls never ran at the same time (waited 10 s)";
+  for (int k = 0; k < 2; ++k) {
+    const auto ku = static_cast<std::size_t>(k);
+    EXPECT_FALSE(errors[ku]) << "call " << k << " threw";
+    int wrong = 0;
+    std::size_t first_wrong = 0;
+    for (std::size_t i = 0; i < sizes[ku]; ++i) {
+      if (counts[ku][i].load() != 1 && wrong++ == 0) first_wrong = i;
+    }
+    EXPECT_EQ(wrong, 0) << "call " << k << " (" << sizes[ku] << " items, running at the same time "
+                        << "as another parallel_for): " << wrong << " indices were not called "
+                        << "exactly once (index " << first_wrong << " " << counts[ku][first_wrong]
+                        << " times); each call needs its own counter, not one shared by all calls";
   }
 }

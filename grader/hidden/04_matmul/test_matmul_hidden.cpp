@@ -138,8 +138,8 @@ TEST(HiddenShareShape, EmptyDimensionsAreNotAnError) {
     long ar, ac, br, bc;
   };
   const int p = 3;
-  for (const Case c :
-       {Case{0, 3, 3, 4}, Case{5, 0, 0, 7}, Case{2, 3, 3, 0}, Case{0, 0, 0, 0}, Case{0, 3, 2, 0}}) {
+  for (const Case c : {Case{0, 3, 3, 4}, Case{5, 0, 0, 7}, Case{2, 3, 3, 0}, Case{0, 0, 0, 0},
+                       Case{0, 3, 2, 0}, Case{3, 0, 5, 2}, Case{3, 4, 0, 2}}) {
     const std::string a = std::to_string(c.ar) + "x" + std::to_string(c.ac);
     const std::string b = std::to_string(c.br) + "x" + std::to_string(c.bc);
     SCOPED_TRACE("A " + a + ", B " + b);

@@ -431,3 +431,87 @@ TEST(HiddenValues, StepZeroesGradientsFirst) {
 }
 
 }  // namespace
+
+namespace {
+
+/// The MLP's gradients on a batch (single process), every layer first to last.
+std::vector<mlp::Matrix> whole_model_gradients(const mlp::Config& c, const mlp::Matrix& x,
+                                               const mlp::Labels& y) {
+  mlp::MLP model(c, c.seed + 2);
+  mlp::Matrix probs, dlogits;
+  const mlp::Matrix& logits = model.forward(x);
+  mlp::softmax_cross_entropy_forward(logits, y, probs);
+  mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+  model.backward(dlogits);
+  std::vector<mlp::Matrix> g;
+  for (const mlp::Parameter* p : model.parameters()) g.push_back(p->grad);
+  return g;
+}
+
+}  // namespace
+
+// pipeline.hpp: "The weight gradients are ADDED to grad": also the backward of microbatch 0 adds
+// to what grad already holds (zeroing is the caller's zero_grad(), not the backward's), so
+// gradients put there before the batch are kept, and a second batch without zero_grad() adds
+// its gradients to the first batch's.
+TEST(HiddenStageCompute, BackwardOfMicrobatchZeroAddsToExistingGradients) {
+  const mlp::Config c = tiny_config(3, 8, mlp::Activation::ReLU);
+  const auto& data = data_for(c);
+  const mlp::Matrix x = data.train.x.topRows(8);
+  const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + 8);
+  const auto want = whole_model_gradients(c, x, y);
+  pp::Stage stage(c, c.seed + 2, 0, 1);
+  ASSERT_EQ(stage.parameters().size(), want.size());
+  stage.zero_grad();
+  std::vector<mlp::Matrix> before;
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    mlp::Matrix& g = stage.parameters()[k]->grad;
+    ASSERT_EQ(g.rows(), want[k].rows());
+    ASSERT_EQ(g.cols(), want[k].cols());
+    g = mlp::Matrix::Constant(g.rows(), g.cols(), 0.25f + 0.125f * static_cast<float>(k));
+    before.push_back(g);
+  }
+  mlp::Matrix probs, dlogits, dx;
+  for (int batch = 1; batch <= 2; ++batch) {
+    const mlp::Matrix logits = stage.forward(x, 0);
+    mlp::softmax_cross_entropy_forward(logits, y, probs);
+    mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+    stage.backward(dlogits, 0, dx);
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      const mlp::Matrix expected = before[k] + static_cast<float>(batch) * want[k];
+      EXPECT_TRUE(close(stage.parameters()[k]->grad, expected))
+          << "layer " << k << " after " << batch << " backward(s) of microbatch 0 without "
+          << "zero_grad(): grad must be what it held before plus the new gradients (ADDED, also "
+          << "for microbatch 0; only zero_grad() clears it)";
+    }
+  }
+}
+
+// pipeline.hpp: "One training step: zero the gradients, run the schedule, one SGD step": whatever
+// the stage's gradients held before the step (here a constant put there by hand) is not part of
+// the update, so the weights after the step equal single-process training's.
+TEST(HiddenTrainStep, GradientsHeldBeforeTheStepDoNotLeakIntoIt) {
+  const mlp::Config c = tiny_config(3, 8, mlp::Activation::ReLU);
+  const Reference ref = single_process(c, 1);
+  const auto& data = data_for(c);
+  const datasets::BatchLoader loader(data.train, c.batch_size, c.seed + 3);
+  std::vector<mlp::Matrix> got;
+  dist::launch(distlab::testing::test_options(1), [&] {
+    pp::Stage stage(c, c.seed + 2, 0, 1);
+    stage.zero_grad();
+    for (mlp::Parameter* p : stage.parameters()) p->grad.setConstant(0.5f);
+    mlp::SGD opt(stage.parameters(), c.learning_rate);
+    mlp::Matrix x;
+    mlp::Labels y;
+    loader.load(0, x, y);
+    const pp::Batch batch{x, y, 2};
+    (void)pp::train_step(stage, opt, batch, Schedule::GPipe);
+    for (const mlp::Parameter* p : stage.parameters()) got.push_back(p->value);
+  });
+  ASSERT_EQ(got.size(), ref.weights[0].size());
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    EXPECT_TRUE(close(got[k], ref.weights[0][k]))
+        << "layer " << k << ": the stage's gradients held 0.5 before train_step; the step must "
+        << "zero them first, so that only the batch's gradients are applied";
+  }
+}

@@ -383,11 +383,12 @@ TEST(HiddenAsyncLog, ZeroUpdatesApplyNothing) {
   for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(run.pushed[k], 1) << "worker " << k;
 }
 
-// One synchronous step of `servers` servers and 3 workers on hand-made gradients, worker w
+// One synchronous step (learning rate 1 unless given) of `servers` servers and 3 workers on
+// hand-made gradients, worker w
 // computing (3 - w) ms first, so the parts reach the servers in reverse worker order. Returns
 // every rank's values after the step (a server: its shard; a worker: the pulled weights).
 std::vector<std::vector<float>> reverse_arrival_step(const std::vector<std::vector<float>>& grads,
-                                                     int servers) {
+                                                     int servers, float learning_rate = 1.0f) {
   const int workers = static_cast<int>(grads.size());
   const std::size_t n = grads[0].size();
   std::vector<std::vector<float>> out(static_cast<std::size_t>(workers + servers));
@@ -399,7 +400,7 @@ std::vector<std::vector<float>> reverse_arrival_step(const std::vector<std::vect
     if (layout.is_server(rank)) {
       const ps::Range r = ps::shard_range(n, servers, rank);
       got.assign(r.size(), 0.0f);
-      ps::server_step(got, 1.0f, layout);
+      ps::server_step(got, learning_rate, layout);
     } else {
       const int k = layout.worker_index(rank);
       dist::sim_compute(1e-3 * (workers - k));
@@ -615,3 +616,74 @@ TEST(HiddenAsyncWorker, AStoppedWorkerKeepsTheLastWeightsItWasAnswered) {
 }
 
 }  // namespace
+
+TEST(HiddenSyncValues, TheStepIsTheLearningRateTimesTheMean) {
+  // ps.hpp: "averages them (the sum over the workers divided by the number of workers ...)
+  // applies SGD (shard -= learning_rate * mean)": with 3 workers (a division that rounds) and a
+  // learning rate of 0.3, learning_rate * (sum / 3) and (learning_rate * sum) / 3 differ in the
+  // last bit for some of these values; the step must be the first, bit for bit (06's all-reduce
+  // data parallelism gives those bits).
+  const int workers = 3;
+  const std::size_t n = 10;
+  const float lr = 0.3f;
+  std::vector<std::vector<float>> grads(workers, std::vector<float>(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto x = static_cast<float>(i);
+    grads[0][i] = 1.0f + 0.25f * x;
+    grads[1][i] = 2.5f - 0.5f * x;
+    grads[2][i] = 0.75f + 1.25f * x;
+  }
+  std::vector<float> want(n), scaled_sum_divided(n);
+  int separating = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    float sum = 0.0f;
+    for (int w = 0; w < workers; ++w) sum += grads[static_cast<std::size_t>(w)][i];
+    const float mean = sum / static_cast<float>(workers);
+    want[i] = 0.0f - lr * mean;
+    scaled_sum_divided[i] = 0.0f - lr * sum / static_cast<float>(workers);
+    if (want[i] != scaled_sum_divided[i]) ++separating;
+  }
+  ASSERT_GT(separating, 0) << "the test needs values where the two roundings differ";
+  for (int servers : {1, 2}) {
+    const auto out = reverse_arrival_step(grads, servers, lr);
+    for (int j = 0; j < servers; ++j) {
+      const ps::Range r = ps::shard_range(n, servers, j);
+      const std::vector<float> shard(want.begin() + static_cast<std::ptrdiff_t>(r.begin),
+                                     want.begin() + static_cast<std::ptrdiff_t>(r.end));
+      EXPECT_EQ(out[static_cast<std::size_t>(j)], shard)
+          << servers << " server(s), server " << j << ": the step must be learning_rate * mean "
+          << "with mean = sum / workers (bit for bit), not (learning_rate * sum) / workers";
+    }
+    for (int w = 0; w < workers; ++w) {
+      EXPECT_EQ(out[static_cast<std::size_t>(servers + w)], want)
+          << servers << " server(s), worker " << w << ": the pulled weights";
+    }
+  }
+}
+
+TEST(HiddenAsyncLog, WaitingWorkersAreStoppedInWorkerOrder) {
+  // Lock-step (s = 0), equal workers, 15 updates of 3 workers: at the last update all three are
+  // waiting, so the stop replies all go out at once, in worker order; each blocking send takes a
+  // reply's time on the simulated network, so worker k returns after about k + 1 replies.
+  const mlp::Config c = other_config();
+  const AsyncRun run = run_async(c, data_for(c), 3, 15, 0, 1e-3, 1.0);
+  ASSERT_EQ(run.log.source.size(), 15u);
+  for (std::size_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(run.pushed[k], 5) << "worker " << k << ": the test needs all waiting at the end";
+  }
+  const std::size_t bytes = (run.weights.size() + 1) * sizeof(float);
+  const double reply = dist::NetworkModel{}.message_cost(0, 1, bytes);
+  ASSERT_GT(reply, 0.0);
+  const double last = run.log.time.back();
+  for (std::size_t k = 0; k < 3; ++k) {
+    EXPECT_LE(run.done_s[k], last + static_cast<double>(k + 1) * reply + 1e-9)
+        << "worker rank " << k + 1 << " was waiting at the last update: the stop replies go out "
+        << "at once, in worker order, so it returns by " << last << " s + " << k + 1
+        << " replies of " << reply << " s (it returned at " << run.done_s[k] << " s)";
+    if (k > 0) {
+      EXPECT_LT(run.done_s[k - 1], run.done_s[k])
+          << "the waiting workers must be stopped in worker order: rank " << k << " returned at "
+          << run.done_s[k - 1] << " s, rank " << k + 1 << " at " << run.done_s[k] << " s";
+    }
+  }
+}
