@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tp_harness.hpp"
 
@@ -112,6 +114,26 @@ TEST(HiddenTraffic, ZeroCollectiveCallsPerParameterEveryDpSize) {
               << "all-gathers each of the 2 parameters";
         }
       }
+    });
+  }
+}
+
+/// README: gradients go only to the DP group, as one built-in all-reduce each (counted: the calls
+/// of built-in collectives), on a tp x 1 grid too (a DP group of one rank).
+TEST(HiddenTraffic, AverageGradientsOneCallPerParameterEveryDpSize) {
+  for (auto [t, d] : std::vector<std::pair<int, int>>{{2, 1}, {1, 1}, {1, 3}}) {
+    run_ranks(test_options(t * d), [&] {
+      const tp::Grid g = tp::make_grid(t, d);
+      mlp::Parameter p, q;
+      p.value = mlp::Matrix::Constant(3, 3, 0.5f);
+      q.value = mlp::Matrix::Constant(2, 1, -0.25f);
+      p.grad = mlp::Matrix::Constant(3, 3, 0.1f * static_cast<float>(dist::rank() + 1));
+      q.grad = mlp::Matrix::Constant(2, 1, -0.2f);
+      std::vector<mlp::Parameter*> params = {&p, &q};
+      const std::uint64_t before = dist::stats().builtin_collectives;
+      tp::average_gradients(params, g);
+      EXPECT_EQ(dist::stats().builtin_collectives - before, 2u)
+          << "tp " << t << " x dp " << d << ": one built-in all-reduce per parameter (2)";
     });
   }
 }
