@@ -2,6 +2,11 @@
 // hidden sizes that no TP size divides, ZeRO over 3 and 4 replicas, and the time on nodes of 4.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "tp_harness.hpp"
 
 namespace {
@@ -91,6 +96,61 @@ TEST(HiddenTraffic, DpOneStillAllReducesEveryGradient) {
 TEST(HiddenTraffic, ZeroOverThreeReplicas) {
   step_traffic(grid_config(tiny_config(10, 4, 12), 2, 3, 1));
   step_traffic(grid_config(tiny_config(10, 4, 12), 1, 3, 2));
+}
+
+/// layout.hpp: stage 1's step() reduce-scatters each parameter's padded gradient and all-gathers
+/// the weights; stage 2's hook reduce-scatters as soon as backward has written the gradient and
+/// step() all-gathers. Counted as calls of built-in collectives, for every DP size, one included
+/// (a group of one still makes its collective calls: the step is collective over the DP group).
+TEST(HiddenTraffic, ZeroCollectiveCallsPerParameterEveryDpSize) {
+  for (int dp : {1, 2, 3}) {
+    run_ranks(test_options(dp), [&] {
+      for (int stage : {1, 2}) {
+        mlp::Parameter p, q;
+        p.value = mlp::Matrix::Constant(3, 3, 0.5f);
+        q.value = mlp::Matrix::Constant(2, 1, -0.25f);
+        tp::ZeroOptimizer z({&p, &q}, tp::AdamConfig{}, dist::world(), stage);
+        for (int t = 0; t < 2; ++t) {
+          p.grad = mlp::Matrix::Constant(3, 3, 0.1f * static_cast<float>(dist::rank() + 1));
+          q.grad = mlp::Matrix::Constant(2, 1, -0.2f);
+          const std::uint64_t before_hooks = dist::stats().builtin_collectives;
+          p.run_hooks();
+          q.run_hooks();
+          const std::uint64_t in_hooks = dist::stats().builtin_collectives - before_hooks;
+          const std::uint64_t before_step = dist::stats().builtin_collectives;
+          z.step();
+          const std::uint64_t in_step = dist::stats().builtin_collectives - before_step;
+          const std::string where = "dp " + std::to_string(dp) + ", stage " +
+                                    std::to_string(stage) + ", step " + std::to_string(t);
+          EXPECT_EQ(in_hooks, stage == 2 ? 2u : 0u)
+              << where << ": stage 2's hooks reduce-scatter each of the 2 gradients";
+          EXPECT_EQ(in_step, stage == 1 ? 4u : 2u)
+              << where << ": step() " << (stage == 1 ? "reduce-scatters and " : "")
+              << "all-gathers each of the 2 parameters";
+        }
+      }
+    });
+  }
+}
+
+/// README: gradients go only to the DP group, as one built-in all-reduce each (counted: the calls
+/// of built-in collectives), on a tp x 1 grid too (a DP group of one rank).
+TEST(HiddenTraffic, AverageGradientsOneCallPerParameterEveryDpSize) {
+  for (auto [t, d] : std::vector<std::pair<int, int>>{{2, 1}, {1, 1}, {1, 3}}) {
+    run_ranks(test_options(t * d), [&] {
+      const tp::Grid g = tp::make_grid(t, d);
+      mlp::Parameter p, q;
+      p.value = mlp::Matrix::Constant(3, 3, 0.5f);
+      q.value = mlp::Matrix::Constant(2, 1, -0.25f);
+      p.grad = mlp::Matrix::Constant(3, 3, 0.1f * static_cast<float>(dist::rank() + 1));
+      q.grad = mlp::Matrix::Constant(2, 1, -0.2f);
+      std::vector<mlp::Parameter*> params = {&p, &q};
+      const std::uint64_t before = dist::stats().builtin_collectives;
+      tp::average_gradients(params, g);
+      EXPECT_EQ(dist::stats().builtin_collectives - before, 2u)
+          << "tp " << t << " x dp " << d << ": one built-in all-reduce per parameter (2)";
+    });
+  }
 }
 
 TEST(HiddenMemory, ShardsOverThreeAndFourReplicas) {

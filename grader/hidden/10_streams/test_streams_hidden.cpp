@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -312,12 +314,164 @@ TEST(HiddenAnalyze, RecordAgainAndChainsOfEvents) {
               6, 5, 1);
 }
 
+/// A random program whose cross-stream accesses are ordered mostly through the host: before a
+/// kernel on stream s touches a buffer last written (or, for a write, read since) on stream t, the
+/// generator picks one of: record on t and wait on s; synchronize t (often after host work, so
+/// that t is already idle); record on t and synchronize the event; record on t, host work and a
+/// query (which orders only when it returns true); or nothing (a race). Kernels land on busy and
+/// idle streams alike.
+Program host_ordered_program(std::uint64_t seed, int ops, int streams, int events, int buffers) {
+  std::mt19937_64 rng(seed);
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
+  const auto duration = [&] { return static_cast<double>(1 + pick(64)) / 64 * 1e-3; };
+  const auto host_work = [&] {
+    Op op;
+    op.kind = OpKind::HostWork;
+    op.seconds = duration() * (1 + pick(3));
+    return op;
+  };
+  Program p = program(streams, events, buffers, {});
+  std::vector<int> last_writer(static_cast<std::size_t>(buffers), -1);
+  std::vector<std::vector<bool>> readers(static_cast<std::size_t>(buffers),
+                                         std::vector<bool>(static_cast<std::size_t>(streams)));
+  int kernels = 0;
+  while (static_cast<int>(p.ops.size()) < ops) {
+    const int r = pick(100);
+    if (r < 60) {
+      const int s = pick(streams);
+      Op k = kernel("k" + std::to_string(kernels++), s, duration() * 1e3, {}, {});
+      for (int b = 0; b < buffers; ++b) {
+        const int a = pick(4);
+        if (a == 0) k.reads.push_back(b);
+        if (a == 1) k.writes.push_back(b);
+      }
+      std::vector<bool> needed(static_cast<std::size_t>(streams));
+      for (int b : k.reads) {
+        const int w = last_writer[static_cast<std::size_t>(b)];
+        if (w >= 0 && w != s) needed[static_cast<std::size_t>(w)] = true;
+      }
+      for (int b : k.writes) {
+        const int w = last_writer[static_cast<std::size_t>(b)];
+        if (w >= 0 && w != s) needed[static_cast<std::size_t>(w)] = true;
+        for (int t = 0; t < streams; ++t)
+          if (t != s && readers[static_cast<std::size_t>(b)][static_cast<std::size_t>(t)])
+            needed[static_cast<std::size_t>(t)] = true;
+      }
+      for (int t = 0; t < streams; ++t) {
+        if (!needed[static_cast<std::size_t>(t)]) continue;
+        const int e = pick(events);
+        switch (pick(20)) {
+          case 0:
+            break;  // left unordered: a race
+          case 1:
+          case 2:
+          case 3:
+          case 4:
+            p.ops.push_back(record(e, t));
+            p.ops.push_back(wait_on(s, e));
+            break;
+          case 5:
+          case 6:
+          case 7:
+          case 8:
+          case 9:
+          case 10:
+            if (pick(2) == 0) p.ops.push_back(host_work());
+            p.ops.push_back(host_op(OpKind::SyncStream, t));
+            break;
+          case 11:
+          case 12:
+          case 13:
+          case 14:
+            p.ops.push_back(record(e, t));
+            if (pick(2) == 0) p.ops.push_back(host_work());
+            p.ops.push_back(host_op(OpKind::SyncEvent, e));
+            break;
+          default:
+            p.ops.push_back(record(e, t));
+            p.ops.push_back(host_work());
+            p.ops.push_back(host_op(OpKind::Query, e));
+            break;
+        }
+      }
+      for (int b : k.reads)
+        readers[static_cast<std::size_t>(b)][static_cast<std::size_t>(s)] = true;
+      for (int b : k.writes) {
+        last_writer[static_cast<std::size_t>(b)] = s;
+        readers[static_cast<std::size_t>(b)].assign(static_cast<std::size_t>(streams), false);
+      }
+      p.ops.push_back(k);
+    } else if (r < 70) {
+      p.ops.push_back(host_work());
+    } else if (r < 80) {
+      p.ops.push_back(host_op(OpKind::SyncStream, pick(streams)));
+    } else if (r < 90) {
+      p.ops.push_back(record(pick(events), pick(streams)));
+    } else {
+      p.ops.push_back(wait_on(pick(streams), pick(events)));
+    }
+  }
+  return p;
+}
+
 TEST(HiddenAnalyze, ManyStreamsLongPrograms) {
   for (int k = 0; k < 60; ++k) {
     const std::uint64_t seed = 90000 + static_cast<std::uint64_t>(k);
     const Program p = random_program(seed, 120, 4, 3, 4, k % 3 != 0);
     const std::string diff = analysis_mismatch(p, analyze(p), device_replay(p), true, true);
     ASSERT_TRUE(diff.empty()) << "seed " << seed << ": " << diff;
+  }
+  // ordered through the host: synchronizes of idle and busy streams, kernels on busy streams
+  for (int k = 0; k < 120; ++k) {
+    const std::uint64_t seed = 91000 + static_cast<std::uint64_t>(k);
+    const Program p = host_ordered_program(seed, 60 + k % 5 * 20, 2 + k % 3, 2, 1 + k % 3);
+    const std::string diff = analysis_mismatch(p, analyze(p), device_replay(p), true, true);
+    ASSERT_TRUE(diff.empty()) << "host-ordered seed " << seed << ": " << diff;
+  }
+}
+
+TEST(HiddenAnalyze, HostOrderIdleAndBusyStreams) {
+  // streams.hpp: the host learns what a stream covers when it synchronizes with it, and passes
+  // it to every op it enqueues afterwards.
+  // A synchronize of a stream that is already idle (the host's clock is past its work) still
+  // teaches the host: the reader on s1 is ordered after the writer on s0.
+  const Program idle = program(2, 1, 1,
+                               {kernel("w", 0, 1, {}, {0}), host_op(OpKind::HostWork, 0, 3),
+                                host_op(OpKind::SyncStream, 0), kernel("r", 1, 1, {0}, {})});
+  const ProgramAnalysis a = analyze(idle);
+  EXPECT_EQ(a.race.op, -1) << "the synchronize of idle s0 orders r after w\n" << listing(idle);
+  const std::vector<double> ms_idle = {1, 3, 3, 4};
+  ASSERT_EQ(a.time.size(), ms_idle.size()) << listing(idle);
+  for (std::size_t i = 0; i < ms_idle.size(); ++i)
+    EXPECT_NEAR(a.time[i], ms_idle[i] * 1e-3, 1e-12) << "op " << i << "\n" << listing(idle);
+  // The same through an event already complete when the host synchronizes with it.
+  const Program idle_event =
+      program(2, 1, 1,
+              {kernel("w", 0, 1, {}, {0}), record(0, 0), host_op(OpKind::HostWork, 0, 3),
+               host_op(OpKind::SyncEvent, 0), kernel("r", 1, 1, {0}, {})});
+  EXPECT_EQ(analyze(idle_event).race.op, -1) << listing(idle_event);
+  // A kernel enqueued on a busy stream after a synchronize takes in what the host has learnt:
+  // s1 is still running 'long' (until 5 ms) when the host, at 2 ms, enqueues r after
+  // synchronizing s0.
+  const Program busy = program(2, 1, 1,
+                               {kernel("w", 0, 2, {}, {0}), kernel("long", 1, 5, {}, {}),
+                                host_op(OpKind::SyncStream, 0), kernel("r", 1, 1, {0}, {})});
+  const ProgramAnalysis b = analyze(busy);
+  EXPECT_EQ(b.race.op, -1) << "r on busy s1 is ordered after w through the host\n" << listing(busy);
+  const std::vector<double> ms_busy = {2, 5, 2, 6};
+  ASSERT_EQ(b.time.size(), ms_busy.size()) << listing(busy);
+  for (std::size_t i = 0; i < ms_busy.size(); ++i)
+    EXPECT_NEAR(b.time[i], ms_busy[i] * 1e-3, 1e-12) << "op " << i << "\n" << listing(busy);
+  // ... and a later unordered write on s0 still races with r (the order runs one way only).
+  const Program busy_race = [&] {
+    Program q = busy;
+    q.ops.push_back(kernel("w2", 0, 1, {}, {0}));
+    return q;
+  }();
+  expect_race(busy_race, 4, 3, 0);
+  for (const Program* p : {&idle, &idle_event, &busy, &busy_race}) {
+    const std::string diff = analysis_mismatch(*p, analyze(*p), device_replay(*p), true, true);
+    EXPECT_TRUE(diff.empty()) << diff;
   }
 }
 

@@ -3,6 +3,7 @@
 // same closed forms and single-process Adam.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -238,6 +239,38 @@ TEST(HiddenBf16, ValuesBytesMemoryAndTimeOnOtherWorldSizes) {
 
 using distlab::testing::trace_spans;
 using distlab::testing::TraceSpan;
+
+TEST(HiddenOrder, BackwardReleasesEachUnitBeforeTheNextGathers) {
+  // fsdp.hpp: each full buffer is released as soon as the host has enqueued the last operation
+  // that uses it, and with reshard_after_forward at most prefetch + 1 units' full weights are held
+  // at once. A unit's forward or backward is the last use of its full weights: the release comes
+  // next in the order log, in backward as in forward, before the gathers of the next window.
+  for (bool bf16 : {false, true}) {
+    for (int k : {0, 1, 2}) {
+      TrainConfig c = config_of(k, true);
+      c.fsdp.bf16_comm = bf16;
+      const int units = c.model.n_layers;
+      const std::string what =
+          std::string(bf16 ? "bf16" : "fp32") + ", prefetch " + std::to_string(k);
+      const std::vector<LogEntry> log = run(c, 2, 2)[0].log;
+      int held = 0, most = 0;
+      for (std::size_t i = 0; i < log.size(); ++i) {
+        const LogEntry& e = log[i];
+        if (e.kind == LogEntry::Gather) most = std::max(most, ++held);
+        if (e.kind == LogEntry::Release) --held;
+        if (e.kind != LogEntry::Forward && e.kind != LogEntry::Backward) continue;
+        const char* pass = e.kind == LogEntry::Forward ? "forward" : "backward";
+        ASSERT_TRUE(i + 1 < log.size() && log[i + 1].kind == LogEntry::Release &&
+                    log[i + 1].unit == e.unit)
+            << what << ": unit " << e.unit << "'s full weights must be released as soon as its "
+            << pass << " is enqueued, before anything else (the next gathers)";
+      }
+      EXPECT_EQ(held, 0) << what << ": every gathered unit is released within the step";
+      EXPECT_EQ(most, std::min(k + 1, units))
+          << what << ": full weights of at most prefetch + 1 units are held at once";
+    }
+  }
+}
 
 TEST(HiddenOrder, ForwardGathersStartAfterTheUnitLaunchedLast) {
   // fsdp.hpp: a gather starts only after the kernel of the unit launched last before it was issued
