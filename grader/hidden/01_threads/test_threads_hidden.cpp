@@ -554,6 +554,12 @@ TEST(HiddenProcesses, ThreadAndProcessTimesAreDisjointPartsOfTheCall) {
         << "thread_s " << c.thread_s * 1e3 << " ms + process_s " << c.process_s * 1e3
         << " ms exceed the " << call_s * 1e3 << " ms the whole call took: each total must time "
         << "only its own loop (restart the clock between the threads and the processes)";
+    // The other side: both are TOTALS of n creations, so together they cover nearly all of the
+    // call (only the clock restarts lie outside them); a per-creation average covers 1/n of it.
+    EXPECT_GE(c.thread_s + c.process_s, 0.5 * call_s)
+        << "thread_s " << c.thread_s * 1e3 << " ms + process_s " << c.process_s * 1e3
+        << " ms cover less than half of the " << call_s * 1e3 << " ms the call took: each is "
+        << "the total of n creations, not an average";
   }
 }
 
