@@ -321,8 +321,8 @@ def parser() -> argparse.ArgumentParser:
                    help="comma-separated steps: build,commands,tsan,nccl,solutions,stubs,sync,golden,release,"
                         "selftest,mutants,lint,format")
     t.add_argument("--full", action="store_true",
-                   help="grade every mutant, also those caught before with nothing they depend on changed "
-                        "since (always so where CI is set)")
+                   help="grade every mutant, also those caught before (grader/mutants/caught.json) with "
+                        "nothing they depend on changed since")
     return p
 
 

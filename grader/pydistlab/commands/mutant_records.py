@@ -6,24 +6,24 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from .. import manifest as mf, tree as kit_tree
-from ..paths import BUILD, ROOT
+from ..paths import ROOT
 
 PATCH = "mutant.patch"
 
 
-# The self-test's record of caught mutants (build/mutants-caught.json, never committed): a mutant
+# The record of caught mutants (grader/mutants/caught.json, committed with the kit): a mutant
 # caught before is graded again only when something its grade depends on has changed since. What
 # it depends on is taken broadly: every file of the kit except the other modules' own folders
 # (those of its prerequisites count), the documentation, the grader's unittests and its commands
-# other than this one; plus the compiler, CMake, Python, the CPU and the DISTLAB_* and compiler
+# other than this one; plus the compiler and CMake versions and the DISTLAB_* and compiler
 # variables of the environment. So an edit to one module's reference, tests or mutants regrades
 # that module's mutants (and those of the modules built on it), an edit to libdist/ or the grading
-# code regrades them all.
-CAUGHT = BUILD / "mutants-caught.json"
+# code regrades them all. The record is committed so that CI on a fresh clone grades only the
+# mutants whose inputs changed since the last local self-test, plus a spot check (SPOT_CHECK).
+CAUGHT = ROOT / "grader" / "mutants" / "caught.json"
 MODULE_FOLDERS = ("solutions", "exercises", "grader/hidden", "grader/tests", "grader/golden", "grader/mutants")
 NOT_DEPENDED_ON = ("docs/", "grader/selftest/", ".ci/", "grader/pydistlab/commands/")
 ENV_KEYS = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS")
@@ -50,12 +50,6 @@ def _toolchain() -> str:
             parts.append(r.stdout.splitlines()[0] if r.stdout else "")
         except (OSError, subprocess.TimeoutExpired):
             parts.append(f"{cmd[0]}: none")
-    parts.append(sys.version)
-    try:
-        cpu = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), "")
-    except OSError:
-        cpu = ""
-    parts.append(cpu)
     parts += [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("DISTLAB_") or k in ENV_KEYS]
     return "\n".join(parts)
 

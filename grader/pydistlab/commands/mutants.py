@@ -73,18 +73,26 @@ def save_first_catches(results: list[Outcome]) -> None:
 
 
 def record_caught(results: list[Outcome], prints: dict[str, str]) -> None:
-    """Remembers each caught mutant with its fingerprint; forgets one that was not caught."""
-    data = caught_before()
-    when = time.strftime("%Y-%m-%d %H:%M")
+    """Remembers each caught mutant with its fingerprint (an entry whose fingerprint is unchanged
+    keeps its date, so a spot check leaves the committed record as it was); forgets one that was
+    not caught."""
+    data = {k: v for k, v in caught_before().items() if k in prints}   # mutants since removed go
+    when = time.strftime("%Y-%m-%d")
     for o in results:
         key = f"{o.module}/{o.name}"
         if o.caught and key in prints:
-            data[key] = {"fingerprint": prints[key], "caught_by": o.caught_by[0], "when": when}
+            if data.get(key, {}).get("fingerprint") != prints[key]:
+                data[key] = {"fingerprint": prints[key], "caught_by": o.caught_by[0], "when": when}
         else:
             data.pop(key, None)
-    CAUGHT.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(dict(sorted(data.items())), indent=1) + "\n"
+    try:
+        if CAUGHT.read_text(encoding="utf-8") == text:
+            return
+    except OSError:
+        pass
     tmp = CAUGHT.with_suffix(".tmp")
-    tmp.write_text(json.dumps(dict(sorted(data.items())), indent=1) + "\n", encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(CAUGHT)
 
 

@@ -28,7 +28,8 @@ Steps (each counts its checks):
              scratch), each mutant starting with the item that caught it last
              (grader/mutants/first_catches.json); a mutant caught before is not graded again
              while nothing its grade depends on has changed (its fingerprint, recorded in
-             build/mutants-caught.json: commands/mutants.py), unless --full or CI is set
+             grader/mutants/caught.json, committed: commands/mutant_records.py), but for a spot
+             check of two per module; --full grades every one
   lint       ruff (settings in ruff.toml) on grader/ and the distlab script; ruff is taken from
              PATH or installed with pip into build/tools/ruff, and the step is skipped, saying
              why, where neither works
@@ -50,6 +51,7 @@ import argparse
 import contextlib
 import io
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -249,19 +251,26 @@ def step_mutants(t: Tally) -> None:
                 o.problem or f"{o.mistake}\nit scored full marks: no test observes this mistake")
 
     # A mutant caught before, with nothing it depends on changed since (mutants.fingerprints), is
-    # not graded again: its check passes as recorded. --full (and CI) grades every one.
+    # not graded again: its check passes as recorded (grader/mutants/caught.json, committed, so a
+    # fresh clone in CI grades only what changed since the last local self-test). A spot check
+    # grades SPOT_CHECK of those per module again, chosen afresh for each commit, so a record that
+    # no longer holds is found. --full grades every one.
     found = mutants.discover([])
     prints = mutants.fingerprints(found)
     before = {} if t.full else mutants.caught_before()
     kept = [(m, f) for m, f in found
             if before.get(f"{m}/{f.name}", {}).get("fingerprint") == prints[f"{m}/{f.name}"]]
+    spot = _spot_check(kept)
+    kept = [x for x in kept if x not in spot]
     todo = [x for x in found if x not in kept]
     for m, f in kept:
-        t.check(True, f"mutants: {m}/{f.name} is caught (as before)")
+        t.check(True, f"mutants: {m}/{f.name} is caught (as recorded)")
     if kept:
         when = max(before[f"{m}/{f.name}"]["when"] for m, f in kept)
-        print(f"    {len(kept)} of {len(found)} mutants were caught before (last {when}) and nothing they "
-              f"depend on has changed since: not graded again (./distlab test --full grades them)", flush=True)
+        print(f"    {len(kept) + len(spot)} of {len(found)} mutants were caught before (last {when}, "
+              f"grader/mutants/caught.json) and nothing they depend on has changed since; "
+              f"{len(spot)} of them are graded again as a spot check, the others are not "
+              f"(./distlab test --full grades them)", flush=True)
     # Two groups of modules side by side (a mutant is mostly one compile on one core), graded in
     # the trees that the build, solutions and stubs steps built (the reference's, with the hidden
     # tests and the ThreadSanitizer builds, and the stubs'), so that no workspace is built from
@@ -278,6 +287,21 @@ def step_mutants(t: Tally) -> None:
     t.mutation_score = (*rows[-1][1:], len(kept))
     print(f"    {len(results)} mutants graded in {time.monotonic() - t0:.0f} s"
           + (f", {len(kept)} caught before" if kept else ""), flush=True)
+
+
+SPOT_CHECK = 2   # mutants per module graded again although their record holds
+
+
+def _spot_check(kept: list) -> list:
+    """SPOT_CHECK of the recorded mutants of each module, drawn with the commit (or, outside git,
+    the day) as the seed: each commit checks other ones."""
+    r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    rng = random.Random(r.stdout.strip() if r.returncode == 0 else time.strftime("%Y-%m-%d"))
+    out: list = []
+    for name in dict.fromkeys(m for m, _ in kept):
+        mine = [x for x in kept if x[0] == name]
+        out += rng.sample(mine, min(SPOT_CHECK, len(mine)))
+    return out
 
 
 def _ruff() -> tuple[list[str], str]:
@@ -338,7 +362,7 @@ def main(a: argparse.Namespace) -> int:
     unknown = [s for s in only if s not in STEPS]
     if unknown:
         raise DistlabError(f"unknown step(s) {', '.join(unknown)}; steps: {', '.join(STEPS)}")
-    t = Tally(full=bool(getattr(a, "full", False) or os.environ.get("CI")))
+    t = Tally(full=bool(getattr(a, "full", False)))
     steps = {"build": step_build, "commands": step_commands, "tsan": step_tsan, "nccl": step_nccl,
              "solutions": step_solutions,
              "stubs": step_stubs, "sync": step_sync, "golden": step_golden, "release": step_release,
