@@ -6,6 +6,7 @@ Run: python3 -m unittest discover -s grader/selftest -p 'test_mutant_order.py' -
 """
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 import unittest
@@ -122,9 +123,17 @@ class Fingerprints(unittest.TestCase):
 
     def test_documentation_and_unittests_regrade_none(self) -> None:
         for path in ["docs/guide.md", "README.md", "grader/selftest/test_x.py", "grader/pydistlab/commands/plot_x.py",
-                     "grader/mutants/README.md", "grader/mutants/first_catches.json"]:
+                     "grader/mutants/README.md", "grader/mutants/first_catches.json", "grader/mutants/caught.json"]:
             with self.subTest(path=path):
                 self.assertEqual(self.changed_by(path), set())
+
+    def test_the_same_files_elsewhere_give_the_same_fingerprints(self) -> None:
+        # The record is committed: a fresh clone in another folder must find it holds.
+        with tempfile.TemporaryDirectory() as other:
+            there = Path(other) / "clone"
+            shutil.copytree(self.root, there)
+            found = [(m, there / "grader" / "mutants" / m / f.name) for m, f in self.found]
+            self.assertEqual(mutants.fingerprints(found, there), self.before)
 
     def test_a_deleted_file_counts(self) -> None:
         (self.root / "libdist/src/x.cpp").unlink()
