@@ -5,6 +5,8 @@
   run.py              ./distlab run: build and run a module's program (threads or mpirun)
   bench.py            ./distlab bench collectives: the benchmarks, and --plot
   plot_collectives.py the plot program bench --plot runs with an interpreter that has matplotlib
+                      (plot_pipeline.py, plot_ps.py, plot_fsdp.py: the other modules' plots;
+                      plot_csv.py: what the last two share)
   doctor.py           ./distlab doctor: what is installed, what is missing
   submit.py           ./distlab submit: the student's owned files in a zip
   release.py          ./distlab release: the student repository

@@ -10,30 +10,16 @@ fsdp --plot OUT.png` runs this file as a program, with an interpreter that has m
 """
 from __future__ import annotations
 
-import collections
-import csv
 import sys
 
-
-def read(path: str) -> dict[str, dict[str, list[tuple[float, float]]]]:
-    by: dict[str, dict[str, list[tuple[float, float]]]] = collections.defaultdict(
-        lambda: collections.defaultdict(list))
-    with open(path, newline="", encoding="utf-8") as f:
-        for r in csv.DictReader(f):
-            by[r["kind"]][r["name"]].append((float(r["x"]), float(r["y"])))
-    return by
+from plot_csv import finish, two_panels
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print(__doc__, file=sys.stderr)
+    got = two_panels(argv, __doc__)
+    if got is None:
         return 2
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by = read(argv[1])
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, a1, a2, by = got
     labels = {"ddp": "DDP (16 bytes per parameter)", "prefetch0": "FSDP, prefetch 0",
               "prefetch1": "FSDP, prefetch 1", "keep": "FSDP, weights kept"}
     for name in ("ddp", "keep", "prefetch1", "prefetch0"):
@@ -41,23 +27,14 @@ def main(argv: list[str]) -> int:
         if pts:
             a1.plot([p[0] for p in pts], [p[1] / 1024 for p in pts], marker="o", label=labels[name])
     a1.set_xscale("log", base=2)
-    a1.set_xlabel("dp (ranks)")
-    a1.set_ylabel("peak MiB per rank (kit's meter)")
-    a1.set_title("memory: shards shrink as 1/dp, the window does not")
-    a1.grid(True, alpha=0.3)
-    a1.legend(fontsize=8)
     for name, label in (("reshard", "reshard after forward"), ("keep", "weights kept")):
         pts = sorted(by["time"].get(name, []))
         if pts:
             a2.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-    a2.set_xlabel("prefetch window (units)")
-    a2.set_ylabel("simulated ms per step")
-    a2.set_title("time: gathers hidden behind compute")
-    a2.grid(True, alpha=0.3)
-    a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(argv[2], dpi=120)
-    return 0
+    return finish(fig, [(a1, "dp (ranks)", "peak MiB per rank (kit's meter)",
+                         "memory: shards shrink as 1/dp, the window does not"),
+                        (a2, "prefetch window (units)", "simulated ms per step",
+                         "time: gathers hidden behind compute")], argv[2])
 
 
 if __name__ == "__main__":

@@ -11,51 +11,27 @@ test loss); kind "servers" rows, (w8, servers, seconds), are not plotted). `./di
 """
 from __future__ import annotations
 
-import collections
-import csv
 import sys
 
-
-def read(path: str) -> dict[str, dict[str, list[tuple[float, float]]]]:
-    by: dict[str, dict[str, list[tuple[float, float]]]] = collections.defaultdict(
-        lambda: collections.defaultdict(list))
-    with open(path, newline="", encoding="utf-8") as f:
-        for r in csv.DictReader(f):
-            by[r["kind"]][r["name"]].append((float(r["x"]), float(r["y"])))
-    return by
+from plot_csv import finish, two_panels
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print(__doc__, file=sys.stderr)
+    got = two_panels(argv, __doc__)
+    if got is None:
         return 2
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by = read(argv[1])
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, a1, a2, by = got
     labels = {"server1": "1 server", "server2": "2 servers", "server4": "4 servers", "ring": "ring all-reduce"}
     for name, pts in sorted(by["step"].items()):
         pts.sort()
         a1.plot([p[0] for p in pts], [p[1] * 1e3 for p in pts], marker="o", label=labels.get(name, name))
-    a1.set_xlabel("workers w")
-    a1.set_ylabel("simulated ms per synchronous step")
-    a1.set_title("one step, free compute: centralized vs ring")
-    a1.grid(True, alpha=0.3)
-    a1.legend(fontsize=8)
     for name in ("sync", "async", "ssp"):
         pts = sorted(by["loss"].get(name, []))
         if pts:
             a2.plot([p[0] * 1e3 for p in pts], [p[1] for p in pts], marker=".", label=name)
-    a2.set_xlabel("simulated ms")
-    a2.set_ylabel("held-out loss")
-    a2.set_title("training with a 4x straggler")
-    a2.grid(True, alpha=0.3)
-    a2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(argv[2], dpi=120)
-    return 0
+    return finish(fig, [(a1, "workers w", "simulated ms per synchronous step",
+                         "one step, free compute: centralized vs ring"),
+                        (a2, "simulated ms", "held-out loss", "training with a 4x straggler")], argv[2])
 
 
 if __name__ == "__main__":
