@@ -239,7 +239,8 @@ struct StepState {
 /// rows_i / B pushed to st.dlogits. Returns the stage's output (to send forward).
 const Matrix& forward_step(Stage& stage, const Batch& batch, int i, StepState& st);
 /// Task 4. Backward of microbatch i: dy is st.dy as received, or on the last stage the oldest
-/// st.dlogits (popped). Returns st.dx (to send backward).
+/// st.dlogits (popped). On the last stage an empty st.dlogits (no forwarded microbatch left to
+/// backward) throws std::logic_error. Returns st.dx (to send backward).
 const Matrix& backward_step(Stage& stage, const Batch& batch, int i, StepState& st);
 
 /// How many microbatches stage r of p runs in each phase of 1F1B with m microbatches.

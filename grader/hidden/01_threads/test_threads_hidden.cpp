@@ -23,6 +23,7 @@
 #include <fstream>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <limits>
 #include <mutex>
 #include <numeric>
@@ -122,6 +123,32 @@ TEST(HiddenStartJoin, EightSleepersOverlap) {
   const double elapsed = sw.elapsed_s();
   EXPECT_EQ(ran.load(), 8);
   EXPECT_LT(elapsed, 0.6 * 8 * 0.120) << "8 tasks of 120 ms took " << elapsed * 1e3 << " ms";
+}
+
+// threads.hpp: "start ALL the threads first, then join them all": all the tasks run at the same
+// time. Each task waits (until a shared deadline a few seconds away) for every task to have
+// started, so running at most two or three at once shows as tasks that never met the others,
+// and the test fails instead of hanging.
+TEST(HiddenStartJoin, AllTasksRunAtOnce) {
+  constexpr int n = 6;
+  std::mutex mu;
+  std::condition_variable cv;
+  int started = 0, met = 0, most_seen = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 4s;
+  std::vector<threads::Task> tasks(n, [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    ++started;
+    cv.notify_all();
+    if (cv.wait_until(lock, deadline, [&] { return started == n; })) ++met;
+    most_seen = std::max(most_seen, started);
+  });
+  threads::run_parallel(tasks);
+  EXPECT_EQ(started, n);
+  EXPECT_EQ(met, n) << "only " << met << " of " << n
+                    << " tasks saw all the others running within 4 s (the most a task saw "
+                       "started: "
+                    << most_seen
+                    << "): run_parallel must start ALL the threads before joining any of them";
 }
 
 TEST(HiddenStartJoin, SequentialTwoSleepersAreSerial) {

@@ -289,6 +289,38 @@ TEST(HiddenPack, UnpackIgnoresThePadding) {
   }
 }
 
+// matmul.hpp: the pack functions give "parts * max_shard(rows, parts) * cols" and
+// "parts * rows * max_shard(cols, parts)" floats, and the unpack functions throw
+// std::invalid_argument "when buf has the wrong size", also for an empty matrix (0 rows or 0
+// columns), whose only right size is 0 floats.
+TEST(HiddenPack, EmptyMatricesPackToNothingAndRejectAnyOtherSize) {
+  for (auto [rows, cols] : std::vector<std::pair<long, long>>{{0, 3}, {3, 0}, {0, 0}}) {
+    for (int parts : {1, 2, 4}) {
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + " in " +
+                   std::to_string(parts) + " parts");
+      const Eigen::MatrixXf M(rows, cols);
+      EXPECT_EQ(matmul::pack_row_blocks(M, parts).size(), 0u) << "pack_row_blocks";
+      EXPECT_EQ(matmul::pack_col_blocks(M, parts).size(), 0u) << "pack_col_blocks";
+      const std::vector<float> none;
+      const Eigen::MatrixXf r = matmul::unpack_row_blocks(none, rows, cols, parts);
+      EXPECT_EQ(r.rows(), rows) << "unpack_row_blocks of 0 floats";
+      EXPECT_EQ(r.cols(), cols) << "unpack_row_blocks of 0 floats";
+      const Eigen::MatrixXf c = matmul::unpack_col_blocks(none, rows, cols, parts);
+      EXPECT_EQ(c.rows(), rows) << "unpack_col_blocks of 0 floats";
+      EXPECT_EQ(c.cols(), cols) << "unpack_col_blocks of 0 floats";
+      for (std::size_t size : {std::size_t{1}, std::size_t{6}}) {
+        const std::vector<float> wrong(size, 1.0f);
+        EXPECT_THROW(matmul::unpack_row_blocks(wrong, rows, cols, parts), std::invalid_argument)
+            << "unpack_row_blocks of " << size
+            << " floats for an empty matrix (the layout holds 0 floats)";
+        EXPECT_THROW(matmul::unpack_col_blocks(wrong, rows, cols, parts), std::invalid_argument)
+            << "unpack_col_blocks of " << size
+            << " floats for an empty matrix (the layout holds 0 floats)";
+      }
+    }
+  }
+}
+
 namespace {
 std::string strategy_name(const ::testing::TestParamInfo<Strategy>& info) {
   return name_of(info.param);

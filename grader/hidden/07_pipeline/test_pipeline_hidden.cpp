@@ -9,6 +9,7 @@
 
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -449,6 +450,30 @@ std::vector<mlp::Matrix> whole_model_gradients(const mlp::Config& c, const mlp::
 }
 
 }  // namespace
+
+// pipeline.hpp: "On the last stage an empty st.dlogits (no forwarded microbatch left to backward)
+// throws std::logic_error": before any forward, and after every forwarded microbatch has had its
+// backward (two forwards, two backwards, then a third backward).
+TEST(HiddenBackwardStep, EmptyQueueOnTheLastStageIsALogicError) {
+  const mlp::Config c = tiny_config(3, 8, mlp::Activation::ReLU);
+  const auto& data = data_for(c);
+  const mlp::Matrix x = data.train.x.topRows(8);
+  const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + 8);
+  pp::Stage stage(c, c.seed + 2, 0, 1);  // one stage: the first and the last
+  stage.zero_grad();
+  const pp::Batch batch{x, y, 2};
+  pp::StepState st;
+  EXPECT_THROW(pp::backward_step(stage, batch, 0, st), std::logic_error)
+      << "backward_step on the last stage before any forward_step";
+  pp::StepState st2;
+  pp::forward_step(stage, batch, 0, st2);
+  pp::forward_step(stage, batch, 1, st2);
+  pp::backward_step(stage, batch, 0, st2);
+  pp::backward_step(stage, batch, 1, st2);
+  EXPECT_TRUE(st2.dlogits.empty()) << "each backward_step on the last stage pops one dlogits";
+  EXPECT_THROW(pp::backward_step(stage, batch, 1, st2), std::logic_error)
+      << "a third backward_step after two forwards on the last stage";
+}
 
 // pipeline.hpp: "The weight gradients are ADDED to grad": also the backward of microbatch 0 adds
 // to what grad already holds (zeroing is the caller's zero_grad(), not the backward's), so
