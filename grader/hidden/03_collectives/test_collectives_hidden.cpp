@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -133,11 +134,66 @@ std::vector<float> cancelling_mean(int p, std::size_t n) {
   return want;
 }
 
+/// The six functions that take a ReduceOp, each called with Avg on a buffer of n floats: rooted
+/// ones get the root, reduce_scatter_ring leaves its own n / p floats in the buffer (scattered).
+/// Both Avg tests below (AvgDividesOnceAtTheEnd, AvgIsTheSumDividedByP) run every row.
+struct AvgCall {
+  std::string name;
+  std::function<void(std::vector<float>&, int root, std::size_t n)> call;
+  bool rooted;
+  bool scattered;
+};
+const std::vector<AvgCall>& avg_calls() {
+  static const std::vector<AvgCall> calls = {
+      {"reduce_naive",
+       [](std::vector<float>& b, int root, std::size_t) {
+         collectives::reduce_naive(b, root, ReduceOp::Avg);
+       },
+       true, false},
+      {"reduce_tree",
+       [](std::vector<float>& b, int root, std::size_t) {
+         collectives::reduce_tree(b, root, ReduceOp::Avg);
+       },
+       true, false},
+      {"all_reduce_naive",
+       [](std::vector<float>& b, int, std::size_t) {
+         collectives::all_reduce_naive(b, ReduceOp::Avg);
+       },
+       false, false},
+      {"all_reduce_butterfly",
+       [](std::vector<float>& b, int, std::size_t) {
+         collectives::all_reduce_butterfly(b, ReduceOp::Avg);
+       },
+       false, false},
+      {"all_reduce_ring",
+       [](std::vector<float>& b, int, std::size_t) {
+         collectives::all_reduce_ring(b, ReduceOp::Avg);
+       },
+       false, false},
+      {"reduce_scatter_ring",
+       [](std::vector<float>& b, int, std::size_t n) {
+         std::vector<float> out(n / static_cast<std::size_t>(dist::world_size()));
+         collectives::reduce_scatter_ring(b, out, ReduceOp::Avg);
+         b = out;
+       },
+       false, true},
+  };
+  return calls;
+}
+/// The row of the table for function `name` (a name not in it is a bug of this file).
+const AvgCall& avg_call(const std::string& name) {
+  for (const AvgCall& c : avg_calls()) {
+    if (c.name == name) return c;
+  }
+  throw std::logic_error("test bug: no Avg call named " + name);
+}
+
 /// fn(buf or in/out, ...) with Avg on the cancelling inputs, p = 2, 3, 5, 6, 7: every rank that
 /// gets the result gets sum / p within 1e-6 (bit for bit: <Suite>.AvgIsTheSumDividedByP below).
-void avg_once(const std::string& name,
-              const std::function<void(std::vector<float>&, int p, std::size_t n)>& call,
-              bool rooted, bool scattered) {
+void avg_once(const AvgCall& c) {
+  const std::string& name = c.name;
+  const auto& call = c.call;
+  const bool rooted = c.rooted, scattered = c.scattered;
   for (int p : {2, 3, 5, 6, 7}) {
     const std::size_t n = scattered ? 4 * static_cast<std::size_t>(p) : 12;  // scattered: 4 each
     const std::vector<float> want = cancelling_mean(p, n);
@@ -162,56 +218,12 @@ void avg_once(const std::string& name,
   }
 }
 
-TEST(ReduceNaive, AvgDividesOnceAtTheEnd) {
-  avg_once(
-      "reduce_naive",
-      [](std::vector<float>& b, int root, std::size_t) {
-        collectives::reduce_naive(b, root, ReduceOp::Avg);
-      },
-      true, false);
-}
-TEST(ReduceTree, AvgDividesOnceAtTheEnd) {
-  avg_once(
-      "reduce_tree",
-      [](std::vector<float>& b, int root, std::size_t) {
-        collectives::reduce_tree(b, root, ReduceOp::Avg);
-      },
-      true, false);
-}
-TEST(AllReduceNaive, AvgDividesOnceAtTheEnd) {
-  avg_once(
-      "all_reduce_naive",
-      [](std::vector<float>& b, int, std::size_t) {
-        collectives::all_reduce_naive(b, ReduceOp::Avg);
-      },
-      false, false);
-}
-TEST(AllReduceButterfly, AvgDividesOnceAtTheEnd) {
-  avg_once(
-      "all_reduce_butterfly",
-      [](std::vector<float>& b, int, std::size_t) {
-        collectives::all_reduce_butterfly(b, ReduceOp::Avg);
-      },
-      false, false);
-}
-TEST(AllReduceRing, AvgDividesOnceAtTheEnd) {
-  avg_once(
-      "all_reduce_ring",
-      [](std::vector<float>& b, int, std::size_t) {
-        collectives::all_reduce_ring(b, ReduceOp::Avg);
-      },
-      false, false);
-}
-TEST(ReduceScatterRing, AvgDividesOnceAtTheEnd) {
-  avg_once(
-      "reduce_scatter_ring",
-      [](std::vector<float>& b, int, std::size_t n) {
-        std::vector<float> out(n / static_cast<std::size_t>(dist::world_size()));
-        collectives::reduce_scatter_ring(b, out, ReduceOp::Avg);
-        b = out;
-      },
-      false, true);
-}
+TEST(ReduceNaive, AvgDividesOnceAtTheEnd) { avg_once(avg_call("reduce_naive")); }
+TEST(ReduceTree, AvgDividesOnceAtTheEnd) { avg_once(avg_call("reduce_tree")); }
+TEST(AllReduceNaive, AvgDividesOnceAtTheEnd) { avg_once(avg_call("all_reduce_naive")); }
+TEST(AllReduceButterfly, AvgDividesOnceAtTheEnd) { avg_once(avg_call("all_reduce_butterfly")); }
+TEST(AllReduceRing, AvgDividesOnceAtTheEnd) { avg_once(avg_call("all_reduce_ring")); }
+TEST(ReduceScatterRing, AvgDividesOnceAtTheEnd) { avg_once(avg_call("reduce_scatter_ring")); }
 
 // ---- Avg: the sum divided by p, bit for bit -----------------------------------------------------
 // "Avg (Sum divided by p)", "divide by p once at the end": with integer inputs every partial sum is
@@ -241,9 +253,10 @@ float avg_input(const std::vector<float>& sums, int p, int r, std::size_t i) {
   return rest;
 }
 
-void avg_exact(const std::string& name,
-               const std::function<void(std::vector<float>&, int root, std::size_t n)>& call,
-               bool rooted, bool scattered) {
+void avg_exact(const AvgCall& c) {
+  const std::string& name = c.name;
+  const auto& call = c.call;
+  const bool rooted = c.rooted, scattered = c.scattered;
   for (int p : {3, 5, 6, 7}) {
     const std::size_t n = scattered ? 5 * static_cast<std::size_t>(p) : 24;  // scattered: 5 each
     const std::vector<float> sums = separating_sums(p, n);
@@ -281,56 +294,12 @@ void avg_exact(const std::string& name,
   }
 }
 
-TEST(ReduceNaive, AvgIsTheSumDividedByP) {
-  avg_exact(
-      "reduce_naive",
-      [](std::vector<float>& b, int root, std::size_t) {
-        collectives::reduce_naive(b, root, ReduceOp::Avg);
-      },
-      true, false);
-}
-TEST(ReduceTree, AvgIsTheSumDividedByP) {
-  avg_exact(
-      "reduce_tree",
-      [](std::vector<float>& b, int root, std::size_t) {
-        collectives::reduce_tree(b, root, ReduceOp::Avg);
-      },
-      true, false);
-}
-TEST(AllReduceNaive, AvgIsTheSumDividedByP) {
-  avg_exact(
-      "all_reduce_naive",
-      [](std::vector<float>& b, int, std::size_t) {
-        collectives::all_reduce_naive(b, ReduceOp::Avg);
-      },
-      false, false);
-}
-TEST(AllReduceButterfly, AvgIsTheSumDividedByP) {
-  avg_exact(
-      "all_reduce_butterfly",
-      [](std::vector<float>& b, int, std::size_t) {
-        collectives::all_reduce_butterfly(b, ReduceOp::Avg);
-      },
-      false, false);
-}
-TEST(AllReduceRing, AvgIsTheSumDividedByP) {
-  avg_exact(
-      "all_reduce_ring",
-      [](std::vector<float>& b, int, std::size_t) {
-        collectives::all_reduce_ring(b, ReduceOp::Avg);
-      },
-      false, false);
-}
-TEST(ReduceScatterRing, AvgIsTheSumDividedByP) {
-  avg_exact(
-      "reduce_scatter_ring",
-      [](std::vector<float>& b, int, std::size_t n) {
-        std::vector<float> out(n / static_cast<std::size_t>(dist::world_size()));
-        collectives::reduce_scatter_ring(b, out, ReduceOp::Avg);
-        b = out;
-      },
-      false, true);
-}
+TEST(ReduceNaive, AvgIsTheSumDividedByP) { avg_exact(avg_call("reduce_naive")); }
+TEST(ReduceTree, AvgIsTheSumDividedByP) { avg_exact(avg_call("reduce_tree")); }
+TEST(AllReduceNaive, AvgIsTheSumDividedByP) { avg_exact(avg_call("all_reduce_naive")); }
+TEST(AllReduceButterfly, AvgIsTheSumDividedByP) { avg_exact(avg_call("all_reduce_butterfly")); }
+TEST(AllReduceRing, AvgIsTheSumDividedByP) { avg_exact(avg_call("all_reduce_ring")); }
+TEST(ReduceScatterRing, AvgIsTheSumDividedByP) { avg_exact(avg_call("reduce_scatter_ring")); }
 
 // ---- values at larger world sizes -------------------------------------------------------------
 

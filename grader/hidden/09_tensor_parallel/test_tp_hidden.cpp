@@ -133,11 +133,15 @@ TEST(HiddenTraffic, ZeroCollectiveCallsPerParameterEveryDpSize) {
   }
 }
 
-/// README: gradients go only to the DP group, as one built-in all-reduce each (counted: the calls
-/// of built-in collectives), on a tp x 1 grid too (a DP group of one rank).
+/// README: gradients go only to the DP group, as one built-in all-reduce each and no other
+/// collective call, no barrier either (counted: the calls of built-in collectives and of barrier()
+/// in a step), on a tp x 1 grid too (a DP group of one rank), and on 1 x 2, 2 x 2, 1 x 3 and 2 x 3.
+/// dist's builtin_collectives does not count barrier(): its own counter does. The messages and
+/// bytes sent are those of the two all-reduces on the DP group, run again by the test afterwards.
 TEST(HiddenTraffic, AverageGradientsOneCallPerParameterEveryDpSize) {
-  for (auto [t, d] : std::vector<std::pair<int, int>>{{2, 1}, {1, 1}, {1, 3}}) {
-    run_ranks(test_options(t * d), [&] {
+  for (auto [t, d] :
+       std::vector<std::pair<int, int>>{{2, 1}, {1, 1}, {1, 3}, {1, 2}, {2, 2}, {2, 3}}) {
+    run_ranks(test_options(t * d), [&, t = t, d = d] {
       const tp::Grid g = tp::make_grid(t, d);
       mlp::Parameter p, q;
       p.value = mlp::Matrix::Constant(3, 3, 0.5f);
@@ -145,10 +149,21 @@ TEST(HiddenTraffic, AverageGradientsOneCallPerParameterEveryDpSize) {
       p.grad = mlp::Matrix::Constant(3, 3, 0.1f * static_cast<float>(dist::rank() + 1));
       q.grad = mlp::Matrix::Constant(2, 1, -0.2f);
       std::vector<mlp::Parameter*> params = {&p, &q};
-      const std::uint64_t before = dist::stats().builtin_collectives;
+      const std::string where = "tp " + std::to_string(t) + " x dp " + std::to_string(d) +
+                                ", rank " + std::to_string(dist::rank());
+      const dist::Stats before = dist::stats();
       tp::average_gradients(params, g);
-      EXPECT_EQ(dist::stats().builtin_collectives - before, 2u)
-          << "tp " << t << " x dp " << d << ": one built-in all-reduce per parameter (2)";
+      const dist::Stats after = dist::stats();
+      EXPECT_EQ(after.builtin_collectives - before.builtin_collectives, 2u)
+          << where << ": one built-in all-reduce per parameter (2)";
+      EXPECT_EQ(after.barriers - before.barriers, 0u)
+          << where << ": average_gradients calls no barrier (each all-reduce already waits)";
+      const auto [bytes_p, msgs_p] = all_reduce_cost(9, g.dp_group);
+      const auto [bytes_q, msgs_q] = all_reduce_cost(2, g.dp_group);
+      EXPECT_EQ(after.messages_sent - before.messages_sent, msgs_p + msgs_q)
+          << where << ": the messages of one all-reduce per parameter on the DP group";
+      EXPECT_EQ(after.bytes_sent - before.bytes_sent, bytes_p + bytes_q)
+          << where << ": the bytes of one all-reduce per parameter on the DP group";
     });
   }
 }
