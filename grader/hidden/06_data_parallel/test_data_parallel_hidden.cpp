@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -853,6 +854,51 @@ TEST(HiddenCloseness, TheToleranceUsesTheMagnitudesOfNegativeValues) {
         << "close: the tolerance scales with the larger MAGNITUDE";
     EXPECT_EQ(outside[static_cast<std::size_t>(r)], 0)
         << "rank " << r << ": |-0.9 - (-2)| = 1.1 > 0.5 x 2, so the replicas are not close";
+  }
+}
+
+TEST(HiddenCloseness, TheSameNaNOnEveryRankIsNeverClose) {
+  // data_parallel.hpp: "a NaN on any rank is never close: every comparison with a NaN is false",
+  // also when every rank holds the same NaN, bit for bit (a run that diverged everywhere): the
+  // bits being identical does not make the replicas close. Rank 0 alone, every rank but rank 0,
+  // and every rank, with 2, 3 and 5 ranks; the other weights are equal on every rank.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    const char* who;
+    bool (*holds)(int rank);
+  };
+  const Case cases[] = {
+      {"rank 0 only", [](int r) { return r == 0; }},
+      {"every rank but rank 0", [](int r) { return r != 0; }},
+      {"every rank", [](int) { return true; }},
+  };
+  for (int p : {2, 3, 5}) {
+    for (const Case& c : cases) {
+      std::mutex mu;
+      std::vector<int> answers(static_cast<std::size_t>(p), -1);
+      std::vector<std::uint32_t> bits(static_cast<std::size_t>(p), 0);
+      distlab::testing::run_ranks(p, [&] {
+        mlp::MLP model(dptest::small_config(), 7);
+        float& w = model.parameters()[1]->value(1, 2);
+        if (c.holds(dist::rank())) w = nan;
+        const std::uint32_t b = std::bit_cast<std::uint32_t>(w);
+        const bool ok = dp::check_parameter_closeness(model, 1e-3f);
+        std::lock_guard<std::mutex> g(mu);
+        answers[static_cast<std::size_t>(dist::rank())] = ok;
+        bits[static_cast<std::size_t>(dist::rank())] = b;
+      });
+      for (int r = 1; r < p; ++r) {  // the NaN ranks really hold the same bits
+        if (c.holds(r) && c.holds(0))
+          ASSERT_EQ(bits[static_cast<std::size_t>(r)], bits[0]) << "test bug";
+      }
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(answers[static_cast<std::size_t>(r)], 0)
+            << "world size " << p << ", rank " << r << ": " << c.who
+            << " holds the same NaN (the same bits) in one weight, yet the replicas were reported "
+            << "close: |x_r - x_0| <= rtol * max(|x_r|, |x_0|) is false for a NaN, even when "
+            << "every rank holds the very same bits";
+      }
+    }
   }
 }
 

@@ -62,6 +62,51 @@ TEST(HiddenShard, EmptyUnitAndWrongSizes) {
   EXPECT_THROW(shard_unit(std::vector<float>(6, 1.0f), 2, 0, big), std::invalid_argument);
 }
 
+TEST(HiddenShard, AnEmptyUnitStillChecksTheShardSize) {
+  // fsdp.hpp: "shard.size() must be c (else std::invalid_argument)", also for an empty unit,
+  // where c = padded(0, dp) / dp = 0: a shard of 1 or 3 elements is refused on every rank, the
+  // empty shard is accepted. adam_update's "w, g, m, v of equal sizes" likewise holds when some
+  // of them are empty: one span of 1 or 3 elements among empty ones, or one empty span among
+  // spans of 1 or 3 elements, is refused and changes nothing.
+  const std::vector<float> empty_unit;
+  for (int dp : {1, 2, 3}) {
+    ASSERT_EQ(padded(0, dp), 0u) << "test bug";
+    for (int r = 0; r < dp; ++r) {
+      std::vector<float> none;
+      EXPECT_NO_THROW(shard_unit(empty_unit, dp, r, none))
+          << "dp " << dp << " rank " << r << ": an empty unit's shard has c = 0 elements";
+      for (std::size_t size : {1u, 3u}) {
+        std::vector<float> wrong(size, 7.0f);
+        EXPECT_THROW(shard_unit(empty_unit, dp, r, wrong), std::invalid_argument)
+            << "dp " << dp << " rank " << r << ": a shard of " << size
+            << " elements for an empty unit (c = 0) must be refused";
+      }
+    }
+  }
+  const char* names[] = {"w", "g", "m", "v"};
+  for (std::size_t n : {1u, 3u}) {
+    for (std::size_t odd = 0; odd < 4; ++odd) {
+      for (bool odd_is_empty : {false, true}) {
+        std::vector<std::vector<float>> spans(4);
+        for (std::size_t s = 0; s < 4; ++s) {
+          const std::size_t size = (s == odd) != odd_is_empty ? n : 0;
+          for (std::size_t i = 0; i < size; ++i)
+            spans[s].push_back(0.5f + 0.25f * static_cast<float>(s) + static_cast<float>(i));
+        }
+        const auto before = spans;
+        EXPECT_THROW(adam_update(spans[0], spans[1], spans[2], spans[3], 1, AdamConfig{}),
+                     std::invalid_argument)
+            << names[odd] << (odd_is_empty ? " empty, the others " : " of ") << n
+            << (odd_is_empty ? " elements" : " elements, the others empty");
+        for (std::size_t s = 0; s < 4; ++s)
+          EXPECT_EQ(spans[s], before[s]) << names[s] << " changed by a refused call";
+      }
+    }
+  }
+  std::vector<float> w, g, m, v;
+  EXPECT_NO_THROW(adam_update(w, g, m, v, 1, AdamConfig{})) << "four empty spans are equal sizes";
+}
+
 TEST(HiddenAdam, MomentsAfterChangingGradients) {
   AdamConfig a;
   a.learning_rate = 0.05f;
