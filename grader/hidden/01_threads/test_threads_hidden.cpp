@@ -310,6 +310,42 @@ TEST(HiddenParallelSum, PartialSumsAreAddedInThreadOrder) {
   }
 }
 
+TEST(HiddenParallelSum, EachThreadSumsItsContiguousChunkInIndexOrder) {
+  // threads.hpp: thread t sums chunk_bounds(n, n_threads, t) into its own partial sum (from 0.0,
+  // in index order); the partial sums are added in thread order. Values of very different sizes,
+  // so that the rounding of the total depends on which elements are grouped together: the result
+  // must be that computation bit for bit, not another split of the elements (every element once,
+  // which stays within the rounding bound) such as thread t taking t, t + k, t + 2k, ...
+  std::vector<double> data(1003);
+  for (std::size_t i = 0; i < data.size(); ++i)
+    data[i] =
+        std::sin(static_cast<double>(i) * 1.7 + 0.3) * std::pow(10.0, static_cast<double>(i % 9));
+  for (int k : {2, 3, 5, 7, 16, 33}) {
+    const std::size_t nt = static_cast<std::size_t>(k);
+    double want = 0.0;
+    for (int t = 0; t < k; ++t) {
+      const auto [b, e] = threads::chunk_bounds(data.size(), k, t);
+      double s = 0.0;
+      for (std::size_t i = b; i < e; ++i) s += data[i];
+      want += s;
+    }
+    double round_robin = 0.0;
+    for (std::size_t t = 0; t < nt; ++t) {
+      double s = 0.0;
+      for (std::size_t i = t; i < data.size(); i += nt) s += data[i];
+      round_robin += s;
+    }
+    ASSERT_NE(want, round_robin) << "n_threads=" << k << ": the data must tell the groupings apart";
+    ASSERT_NE(data.size() % nt, 0u) << "n_threads=" << k << ": the chunks must be uneven";
+    for (int rep = 0; rep < 3; ++rep) {
+      ASSERT_EQ(threads::parallel_sum(data, k), want)
+          << "n_threads=" << k << " over " << data.size() << " values: thread t must sum its "
+          << "contiguous chunk chunk_bounds(n, n_threads, t) in index order, starting from 0.0, "
+          << "and the partial sums must be added in thread order";
+    }
+  }
+}
+
 // A page that stalls its first reader: it is mapped without access, and the SIGSEGV that the
 // first read raises is answered by sleeping 100 ms, then opening the page, so the read goes on.
 char* g_stall_page = nullptr;
