@@ -888,8 +888,9 @@ TEST(HiddenCloseness, TheSameNaNOnEveryRankIsNeverClose) {
         bits[static_cast<std::size_t>(dist::rank())] = b;
       });
       for (int r = 1; r < p; ++r) {  // the NaN ranks really hold the same bits
-        if (c.holds(r) && c.holds(0))
+        if (c.holds(r) && c.holds(0)) {
           ASSERT_EQ(bits[static_cast<std::size_t>(r)], bits[0]) << "test bug";
+        }
       }
       for (int r = 0; r < p; ++r) {
         EXPECT_EQ(answers[static_cast<std::size_t>(r)], 0)
