@@ -111,6 +111,87 @@ void simulated_time(Schedule s) {
   }
 }
 
+// pipeline.hpp: the paired helpers send and receive "both in flight at once". Stage r calls
+// send_forward_recv_backward and stage r+1 send_backward_recv_forward at the same time, on a
+// network with latency and finite bandwidth: each message costs c = alpha + bytes / bandwidth and
+// the two go in opposite directions (different links), so both stages end one message time after
+// the later of them started, max(a, b) + c. A helper that first waits for its receive and only
+// then sends makes one message wait for the other: 2c after equal starts.
+void paired_exchange(int p, int r, int rows, double late_r, double late_next) {
+  const mlp::Config c = tiny_config(p + 2, 16);
+  dist::NetworkModel net;
+  net.latency_s = 3e-6;
+  net.bandwidth_Bps = 2e9;
+  dist::LaunchOptions o = distlab::testing::test_options(p);
+  o.network = net;
+  std::mutex mu;
+  std::vector<double> took(static_cast<std::size_t>(p), -1);
+  std::vector<bool> got_right(static_cast<std::size_t>(p), false);
+  int features = 0;
+  dist::launch(o, [&] {
+    const int rank = dist::rank();
+    pp::Stage stage(c, c.seed + 2, rank, p);
+    dist::barrier();
+    const double t0 = dist::sim_time();
+    if (rank == r) {
+      if (late_r > 0) dist::sim_compute(late_r);
+      pp::Matrix y(rows, stage.out_features()), dy;
+      for (Eigen::Index k = 0; k < y.size(); ++k) y.data()[k] = 1.0f + static_cast<float>(k);
+      pp::send_forward_recv_backward(stage, y, dy, rows);
+      const double t = dist::sim_time() - t0;
+      bool ok = dy.rows() == rows && dy.cols() == stage.out_features();
+      for (Eigen::Index k = 0; ok && k < dy.size(); ++k)
+        ok = dy.data()[k] == -2.0f * static_cast<float>(k);
+      std::lock_guard<std::mutex> g(mu);
+      took[static_cast<std::size_t>(rank)] = t;
+      got_right[static_cast<std::size_t>(rank)] = ok;
+      features = stage.out_features();
+    } else if (rank == r + 1) {
+      if (late_next > 0) dist::sim_compute(late_next);
+      pp::Matrix dx(rows, stage.in_features()), x;
+      for (Eigen::Index k = 0; k < dx.size(); ++k) dx.data()[k] = -2.0f * static_cast<float>(k);
+      pp::send_backward_recv_forward(stage, dx, x, rows);
+      const double t = dist::sim_time() - t0;
+      bool ok = x.rows() == rows && x.cols() == stage.in_features();
+      for (Eigen::Index k = 0; ok && k < x.size(); ++k)
+        ok = x.data()[k] == 1.0f + static_cast<float>(k);
+      std::lock_guard<std::mutex> g(mu);
+      took[static_cast<std::size_t>(rank)] = t;
+      got_right[static_cast<std::size_t>(rank)] = ok;
+    }
+    dist::barrier();
+  });
+  const double msg = net.latency_s + 4.0 * rows * features / net.bandwidth_Bps;
+  const double want = std::max(late_r, late_next) + msg;
+  std::ostringstream what;
+  what << "p=" << p << ": stage " << r << " send_forward_recv_backward and stage " << r + 1
+       << " send_backward_recv_forward, " << rows << " rows of " << features
+       << " features (one message " << msg * 1e6 << " us: latency " << net.latency_s * 1e6
+       << " us + bytes / bandwidth); stage " << r << " starts " << late_r * 1e6
+       << " us late, stage " << r + 1 << " " << late_next * 1e6 << " us late";
+  SCOPED_TRACE(what.str());
+  for (int k : {r, r + 1}) {
+    EXPECT_TRUE(got_right[static_cast<std::size_t>(k)]) << "stage " << k << " received wrong data";
+    EXPECT_NEAR(took[static_cast<std::size_t>(k)], want, 1e-3 * want)
+        << "stage " << k
+        << "'s simulated time in the paired helper (us: " << took[static_cast<std::size_t>(k)] * 1e6
+        << ", expected " << want * 1e6
+        << "): both messages in flight at once take one message time after the later start; "
+           "receive-then-send takes two";
+  }
+}
+
+TEST(HiddenSimulatedTime, PairedHelpersHaveBothMessagesInFlight) {
+  const double d = 7e-6;
+  for (const auto& [p, r, rows] : {std::tuple{2, 0, 5}, std::tuple{3, 1, 8}, std::tuple{4, 2, 3}}) {
+    for (const auto& [late_r, late_next] :
+         {std::pair{0.0, 0.0}, std::pair{d, 0.0}, std::pair{0.0, d}}) {
+      paired_exchange(p, r, rows, late_r, late_next);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 TEST(HiddenSimulatedTime, Naive) { simulated_time(Schedule::Naive); }
 TEST(HiddenSimulatedTime, GPipe) { simulated_time(Schedule::GPipe); }
 TEST(HiddenSimulatedTime, OneFOneB) { simulated_time(Schedule::OneFOneB); }

@@ -242,6 +242,17 @@ TEST(HiddenSsp, MaxLeadReplaysTheReleaseRuleWithUnevenWorkers) {
   }
 }
 
+TEST(HiddenSsp, AWorkerBehindTheGivenSlowestIsNotAhead) {
+  // "Yes when it is at most staleness pushes ahead": a worker with fewer pushes than the given
+  // slowest count is behind it (a negative lead), so it may always proceed, whatever s >= 0 is.
+  EXPECT_TRUE(ps::ssp_may_proceed(0, 2, 1)) << "0 pushes against 2 is 2 behind, not ahead";
+  EXPECT_TRUE(ps::ssp_may_proceed(0, 1, 0)) << "1 behind with staleness 0";
+  EXPECT_TRUE(ps::ssp_may_proceed(3, 10, 2)) << "7 behind with staleness 2";
+  EXPECT_TRUE(ps::ssp_may_proceed(5, 9, 3)) << "4 behind with staleness 3";
+  EXPECT_TRUE(ps::ssp_may_proceed(2, 5, 3)) << "3 behind with staleness 3";
+  EXPECT_FALSE(ps::ssp_may_proceed(9, 5, 3)) << "4 ahead with staleness 3";
+}
+
 TEST(HiddenSsp, AnUnreachableBoundIsAsync) {
   const mlp::Config c = small_config();
   const AsyncRun a = run_async(c, data_for(c), 3, 20, -1, 1e-3, 2.0);
