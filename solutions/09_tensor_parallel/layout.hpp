@@ -102,8 +102,9 @@ class Adam {
 /// (shard()). The padding is never a real weight: its gradient is 0 and its weight stays 0.
 ///
 ///   stage 1: after backward, step() reduce-scatters each parameter's padded gradient (the mean over
-///            the DP group) into grad_shard_[i], applies Adam (AdamConfig) to this rank's chunk of
-///            the weights with its chunks of m and v, and all-gathers the weights.
+///            the DP group) into grad_shard_[i], every gradient before the first update (as stage
+///            2's hooks have by then), applies Adam (AdamConfig) to this rank's chunk of the
+///            weights with its chunks of m and v, and all-gathers the weights.
 ///   stage 2: the constructor registers a hook on every parameter: as soon as backward has written
 ///            a gradient, the hook reduce-scatters it into grad_shard_[i] and frees the full
 ///            gradient (p.grad becomes 0 x 0); step() then updates and all-gathers.

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "distlab_trace.hpp"
 #include "tp_harness.hpp"
 
 namespace {
@@ -133,6 +134,40 @@ TEST(HiddenTraffic, ZeroCollectiveCallsPerParameterEveryDpSize) {
   }
 }
 
+/// layout.hpp, stage 1: step() reduce-scatters every parameter's gradient before the first update,
+/// then updates and all-gathers parameter by parameter. Read from the trace of rank 0 (latency > 0,
+/// so the spans start at distinct simulated times): the names of the DP group's collectives of one
+/// step, in order, for 3 parameters over 2 and 3 replicas.
+TEST(HiddenTraffic, ZeroStageOneReducesEveryGradientBeforeTheFirstUpdate) {
+  for (int dp : {2, 3}) {
+    dist::LaunchOptions o = distlab::testing::threads_options(dp);
+    o.network.latency_s = 1e-5;
+    o.trace_path = ::testing::TempDir() + "distlab_09_zero_order_" + std::to_string(dp) + ".json";
+    run_ranks(o, [&] {
+      mlp::Parameter p, q, r;
+      p.value = mlp::Matrix::Constant(3, 3, 0.5f);
+      q.value = mlp::Matrix::Constant(2, 1, -0.25f);
+      r.value = mlp::Matrix::Constant(1, 4, 0.125f);
+      tp::ZeroOptimizer z({&p, &q, &r}, tp::AdamConfig{}, dist::world(), 1);
+      p.grad = mlp::Matrix::Constant(3, 3, 0.1f * static_cast<float>(dist::rank() + 1));
+      q.grad = mlp::Matrix::Constant(2, 1, -0.2f);
+      r.grad = mlp::Matrix::Constant(1, 4, 0.3f);
+      z.step();
+    });
+    std::vector<std::string> kinds;
+    for (const auto& sp : distlab::testing::trace_spans(o.trace_path, "rank 0")) {
+      if (sp.name.rfind("reduce_scatter", 0) == 0) kinds.push_back("reduce_scatter");
+      if (sp.name.rfind("all_gather", 0) == 0) kinds.push_back("all_gather");
+    }
+    const std::vector<std::string> want = {"reduce_scatter", "reduce_scatter", "reduce_scatter",
+                                           "all_gather",     "all_gather",     "all_gather"};
+    std::string got;
+    for (const std::string& k : kinds) got += k + " ";
+    EXPECT_EQ(kinds, want) << "dp " << dp << ", stage 1, 3 parameters: every gradient is reduced "
+                           << "before the first update; rank 0's collectives were: " << got;
+  }
+}
+
 /// README: gradients go only to the DP group, as one built-in all-reduce each and no other
 /// collective call, no barrier either (counted: the calls of built-in collectives and of barrier()
 /// in a step), on a tp x 1 grid too (a DP group of one rank), and on 1 x 2, 2 x 2, 1 x 3 and 2 x 3.
@@ -204,6 +239,111 @@ TEST(HiddenMemory, ShardsOverThreeAndFourReplicas) {
             EXPECT_EQ(sq[i][k], 0.0f) << "padding v of parameter " << i;
           }
         }
+      }
+    });
+  }
+}
+
+/// layout.hpp's meters right after the constructor, before any backward or step: gradients =
+/// every parameter's grad plus grad_shard_ (c floats per parameter, allocated by the constructor),
+/// scratch = one padded parameter, the largest (here one that dp divides, and one it does not).
+TEST(HiddenMemory, ZeroMetersRightAfterConstruction) {
+  for (int dp : {1, 2, 3, 4}) {
+    run_ranks(test_options(dp), [&] {
+      for (int stage : {1, 2}) {
+        for (int big : {12, 13}) {
+          mlp::Parameter p, q, r;
+          p.value = mlp::Matrix::Constant(3, 1, 0.5f);
+          q.value = mlp::Matrix::Constant(big, 1, -0.25f);
+          r.value = mlp::Matrix::Constant(1, 5, 0.125f);
+          p.grad = mlp::Matrix::Zero(3, 1);
+          q.grad = mlp::Matrix::Zero(big, 1);
+          tp::ZeroOptimizer z({&p, &q, &r}, tp::AdamConfig{}, dist::world(), stage);
+          auto pad = [&](std::int64_t n) { return dp * ((n + dp - 1) / dp); };
+          const std::int64_t chunks = (pad(3) + pad(big) + pad(5)) / dp;
+          const std::int64_t grads = 3 + big;  // r has no gradient yet
+          const std::string where = "dp " + std::to_string(dp) + ", stage " +
+                                    std::to_string(stage) + ", parameters of 3, " +
+                                    std::to_string(big) + " and 5 elements";
+          EXPECT_EQ(z.gradient_bytes(), 4 * (grads + chunks))
+              << where << ": the grads plus every chunk of grad_shard_, allocated by the "
+              << "constructor";
+          EXPECT_EQ(z.scratch_bytes(), 4 * pad(big))
+              << where << ": one padded parameter, the largest (" << pad(big) << " floats)";
+          EXPECT_EQ(z.state_bytes(), 8 * chunks) << where;
+          EXPECT_EQ(z.steps(), 0) << where;
+        }
+      }
+    });
+  }
+}
+
+/// layout.hpp: the step counter counts calls of step(), once per training step, whatever the
+/// number of parameters or hooks: no parameter at all, a step() with no new backward (the old
+/// gradient chunks again), two backwards (hooks run twice) before one step(). Adam's t shows in
+/// steps() and in the bias correction: the weights after each step are compared with unsharded
+/// Adam (given) fed the same mean gradients step by step.
+TEST(HiddenZeroSteps, CounterCountsCallsOfStep) {
+  for (int dp : {1, 2, 3}) {
+    run_ranks(test_options(dp), [&] {
+      for (int stage : {1, 2}) {
+        const std::string where = "dp " + std::to_string(dp) + ", stage " + std::to_string(stage);
+        {
+          tp::ZeroOptimizer none({}, tp::AdamConfig{}, dist::world(), stage);
+          for (int t = 1; t <= 3; ++t) {
+            none.step();
+            EXPECT_EQ(none.steps(), t) << where << ": no parameters, " << t << " calls of step()";
+          }
+        }
+        tp::AdamConfig cfg;
+        cfg.learning_rate = 0.01f;
+        mlp::Parameter p, q, ref_p, ref_q;
+        p.value = mlp::Matrix::Constant(3, 3, 0.5f);
+        q.value = mlp::Matrix::Constant(2, 1, -0.25f);
+        ref_p.value = p.value;
+        ref_q.value = q.value;
+        tp::ZeroOptimizer z({&p, &q}, cfg, dist::world(), stage);
+        tp::Adam ref({&ref_p, &ref_q}, cfg);
+        const float mean = 0.1f * static_cast<float>(dp + 1) / 2.0f;  // of 0.1 (rank + 1)
+        auto backward = [&](float scale) {
+          p.grad = mlp::Matrix::Constant(3, 3, scale * 0.1f * static_cast<float>(dist::rank() + 1));
+          q.grad = mlp::Matrix::Constant(2, 1, scale * -0.2f);
+          q.run_hooks();  // backward writes the last layer first
+          p.run_hooks();
+          ref_p.grad = mlp::Matrix::Constant(3, 3, scale * mean);
+          ref_q.grad = mlp::Matrix::Constant(2, 1, scale * -0.2f);
+        };
+        auto check = [&](std::int64_t t, const std::string& what) {
+          EXPECT_EQ(z.steps(), t) << where << ", " << what;
+          EXPECT_EQ(ref.steps(), t);
+          for (int k = 0; k < 9; ++k) {
+            EXPECT_NEAR(p.value.data()[k], ref_p.value.data()[k], 1e-6f)
+                << where << ", " << what << ": weight " << k << " (bias correction with t = " << t
+                << ")";
+          }
+          for (int k = 0; k < 2; ++k) {
+            EXPECT_NEAR(q.value.data()[k], ref_q.value.data()[k], 1e-6f) << where << ", " << what;
+          }
+        };
+        backward(1.0f);
+        z.step();
+        ref.step();
+        check(1, "one backward, one step()");
+        // A second step() with no new backward: stage 1 reduces the (unchanged) gradients again,
+        // stage 2 updates from the chunks its hooks left; either way the same mean gradients.
+        if (stage == 2) {
+          ref_p.grad = mlp::Matrix::Constant(3, 3, mean);
+          ref_q.grad = mlp::Matrix::Constant(2, 1, -0.2f);
+        }
+        z.step();
+        ref.step();
+        check(2, "a step() with no new backward");
+        // Two backwards before one step(): the last one's gradients are the step's.
+        backward(3.0f);
+        backward(-2.0f);
+        z.step();
+        ref.step();
+        check(3, "two backwards, then one step()");
       }
     });
   }
