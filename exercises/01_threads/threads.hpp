@@ -90,7 +90,8 @@ WriteVisibility write_in_thread(int initial, int written);
 void parallel_for(std::size_t n_items, int n_workers, const std::function<void(std::size_t)>& body);
 
 /// TODO. out[i] = fn(inputs[i]) computed on a pool of n_workers (use parallel_for). Results are in
-/// input order whatever the schedule; an exception thrown by fn reaches the caller.
+/// input order whatever the schedule; an exception thrown by fn reaches the caller. n_workers < 1
+/// throws std::invalid_argument, even when inputs is empty.
 std::vector<double> parallel_map(std::span<const double> inputs,
                                  const std::function<double(double)>& fn, int n_workers);
 

@@ -34,7 +34,8 @@ std::int64_t global_batch_index(std::int64_t step, int rank, int world_size);
 /// |x_r - x_0| <= rtol * max(|x_r|, |x_0|) for every element (so a NaN on any rank is never
 /// close: every comparison with a NaN is false). Rank 0 gathers all ranks'
 /// parameters (dist::gather) and decides; the answer reaches every rank (dist::broadcast).
-/// A collective: every rank must call it.
+/// A collective: every rank must call it. One gather and one broadcast on every world size, one
+/// rank included.
 bool check_parameter_closeness(const mlp::MLP& model, float rtol);
 
 /// Task 3. After backward: replace every gradient by its mean over the ranks (not the sum: the

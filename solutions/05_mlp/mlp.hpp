@@ -151,10 +151,11 @@ class MLP {
   MLP(const Config& config, std::uint64_t seed);
 
   /// Returns the logits (B x n_classes) of the batch x (B x dim_in). Keeps what backward needs;
-  /// x must stay alive and unchanged until backward has run.
+  /// x must stay alive and unchanged until the last backward of this forward has run.
   const Matrix& forward(const Matrix& x);
   /// Given dlogits = d loss / d logits of the last forward, writes every weight's grad, last
-  /// layer first, and runs each weight's hooks as soon as its grad is written.
+  /// layer first, and runs each weight's hooks as soon as its grad is written. backward may run
+  /// again before the next forward (another dlogits): each call gives that forward's gradients.
   void backward(const Matrix& dlogits);
 
   /// The weights in forward order (parameters()[0] is the first layer's).

@@ -287,18 +287,27 @@ TEST(HiddenTrajectories, LargerDataSetAndEdgeShapes) {
 
 // ---- promises observed where the order matters ---------------------------------------------------
 
+// The sum parallel_sum documents (threads.hpp): thread t sums its chunk chunk_bounds(n, k, t) in
+// index order starting from 0.0, and the partial sums are added in thread order (0, 1, ...).
+namespace {
+double documented_sum(const std::vector<double>& data, int k) {
+  double total = 0.0;
+  for (int t = 0; t < k; ++t) {
+    const auto [b, e] = threads::chunk_bounds(data.size(), k, t);
+    double s = 0.0;
+    for (std::size_t i = b; i < e; ++i) s += data[i];
+    total += s;
+  }
+  return total;
+}
+}  // namespace
+
 TEST(HiddenParallelSum, PartialSumsAreAddedInThreadOrder) {
   // One element per chunk (or none), so each partial sum is exact and only the order in which the
   // partial sums are added decides the result: 1e16 + 1 rounds back to 1e16 in double.
   const std::vector<double> data = {1e16, 1.0, -1e16, 1.0, 1.0, 1e16, -1e16, 3.0};
   for (int k : {8, 11}) {
-    double want = 0.0;
-    for (int t = 0; t < k; ++t) {
-      const auto [b, e] = threads::chunk_bounds(data.size(), k, t);
-      double s = 0.0;
-      for (std::size_t i = b; i < e; ++i) s += data[i];
-      want += s;
-    }
+    const double want = documented_sum(data, k);
     double reversed = 0.0;
     for (auto it = data.rbegin(); it != data.rend(); ++it) reversed += *it;
     ASSERT_NE(want, reversed) << "the data must tell the orders apart";
@@ -322,13 +331,7 @@ TEST(HiddenParallelSum, EachThreadSumsItsContiguousChunkInIndexOrder) {
         std::sin(static_cast<double>(i) * 1.7 + 0.3) * std::pow(10.0, static_cast<double>(i % 9));
   for (int k : {2, 3, 5, 7, 16, 33}) {
     const std::size_t nt = static_cast<std::size_t>(k);
-    double want = 0.0;
-    for (int t = 0; t < k; ++t) {
-      const auto [b, e] = threads::chunk_bounds(data.size(), k, t);
-      double s = 0.0;
-      for (std::size_t i = b; i < e; ++i) s += data[i];
-      want += s;
-    }
+    const double want = documented_sum(data, k);
     double round_robin = 0.0;
     for (std::size_t t = 0; t < nt; ++t) {
       double s = 0.0;
@@ -820,6 +823,27 @@ TEST(HiddenParallelMap, ExceptionsNotDerivedFromStdExceptionReachTheCaller) {
   } catch (const NotAStdException& e) {
     EXPECT_EQ(e.code, 13);
   }
+}
+
+TEST(HiddenParallelMap, BadWorkerCountThrowsEvenForEmptyInput) {
+  // threads.hpp: n_workers < 1 throws std::invalid_argument, even when inputs is empty (the pool's
+  // size is checked whatever the amount of work).
+  const std::vector<double> none;
+  const std::vector<double> three = {1.0, 2.0, 3.0};
+  for (int w : {0, -1, -7}) {
+    EXPECT_THROW((void)threads::parallel_map(
+                     none, [](double x) { return x; }, w),
+                 std::invalid_argument)
+        << "parallel_map of an empty input with n_workers=" << w;
+    EXPECT_THROW((void)threads::parallel_map(
+                     three, [](double x) { return x; }, w),
+                 std::invalid_argument)
+        << "parallel_map of 3 inputs with n_workers=" << w;
+  }
+  EXPECT_TRUE(threads::parallel_map(
+                  none, [](double x) { return x; }, 1)
+                  .empty())
+      << "n_workers=1 is valid, so an empty input gives an empty output";
 }
 
 TEST(HiddenParallelFor, IdleWorkersTakeTheNextItemSoTheLoadBalances) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "datasets/random.hpp"
@@ -214,6 +215,75 @@ TEST(HiddenShapes, OutputsOfTheRightSizeButTheWrongShapeTakeTheRightShape) {
       EXPECT_EQ(got, want) << c.name
                            << ": the values differ from those written into an empty "
                               "output";
+    }
+  }
+}
+
+TEST(HiddenShapes, AnEmptyBatchResizesStaleOutputsToZeroRows) {
+  // A batch of 0 rows: each output, preallocated with a stale 4-row shape (garbage in it), must
+  // take the documented shape 0 x cols (mlp.hpp: outputs are resized when their shape is wrong).
+  const Matrix x(0, 5), w = random_matrix(2, 5, 41), dy(0, 2), z(0, 2), probs(0, 3);
+  const mlp::Labels none;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    const char* name;
+    Eigen::Index cols;
+    std::function<void(Matrix&)> call;
+  };
+  const std::vector<Case> cases = {
+      {"linear_forward", 2, [&](Matrix& out) { mlp::linear_forward(x, w, out); }},
+      {"linear_backward_input", 5, [&](Matrix& out) { mlp::linear_backward_input(w, dy, out); }},
+      {"tanh_forward", 2, [&](Matrix& out) { mlp::tanh_forward(z, out); }},
+      {"tanh_backward", 2, [&](Matrix& out) { mlp::tanh_backward(z, dy, out); }},
+      {"relu_forward", 2, [&](Matrix& out) { mlp::relu_forward(z, out); }},
+      {"relu_backward", 2, [&](Matrix& out) { mlp::relu_backward(z, dy, out); }},
+      {"softmax_cross_entropy_backward", 3,
+       [&](Matrix& out) { mlp::softmax_cross_entropy_backward(probs, none, out); }},
+  };
+  for (const Case& c : cases) {
+    Matrix got = Matrix::Constant(4, c.cols, nan);
+    c.call(got);
+    EXPECT_EQ(got.rows(), 0) << c.name << " of a batch of 0 rows: the stale 4 x " << c.cols
+                             << " output must be resized to 0 x " << c.cols;
+    EXPECT_EQ(got.cols(), c.cols) << c.name;
+  }
+}
+
+TEST(HiddenBackwardAgain, EachBackwardOfOneForwardGivesThatForwardsGradients) {
+  // mlp.hpp: backward may run again before the next forward (another dlogits); each call gives the
+  // gradients of that forward. Model a: forward, backward(d1), backward(d2); model b (same seed):
+  // forward, backward(d2). Their gradients must agree, and differ from those of d1.
+  mlp::Config c;
+  c.dim_in = 6;
+  c.dim_hidden = 5;
+  c.n_classes = 3;
+  c.batch_size = 4;
+  c.train_size = 8;
+  for (int layers : {1, 3}) {
+    for (auto act : {mlp::Activation::Tanh, mlp::Activation::ReLU}) {
+      c.n_layers = layers;
+      c.activation = act;
+      const std::string what =
+          std::to_string(layers) + " layer(s), " + std::string(mlp::to_string(act));
+      mlp::MLP a(c, 51), b(c, 51);
+      const Matrix x = random_matrix(4, 6, 52);
+      const Matrix d1 = random_matrix(4, 3, 53), d2 = random_matrix(4, 3, 54);
+      (void)a.forward(x);
+      a.backward(d1);
+      std::vector<Matrix> first;
+      for (const auto* p : a.parameters()) first.push_back(p->grad);
+      ASSERT_NO_THROW(a.backward(d2))
+          << what << ": a second backward of the same forward must write its gradients";
+      (void)b.forward(x);
+      b.backward(d2);
+      const auto pa = a.parameters(), pb = b.parameters();
+      ASSERT_EQ(pa.size(), pb.size());
+      for (std::size_t i = 0; i < pa.size(); ++i) {
+        ASSERT_FALSE(first[i].isApprox(pb[i]->grad, 1e-3f)) << what << ": d1 and d2 must differ";
+        EXPECT_TRUE(pa[i]->grad.isApprox(pb[i]->grad, 1e-5f))
+            << what << ", layer " << i << ": backward(d2) after backward(d1) of one forward must "
+            << "give the gradients of that forward for d2";
+      }
     }
   }
 }
