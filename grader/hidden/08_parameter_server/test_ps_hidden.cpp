@@ -672,6 +672,81 @@ TEST(HiddenSyncValues, TheStepIsTheLearningRateTimesTheMean) {
   }
 }
 
+TEST(HiddenAsync, EachUpdateIsTheFloatStepBitForBit) {
+  // ps.hpp: "each gradient is applied on its own: w -= learning_rate * g", in float: the product
+  // rounded to float, then the difference rounded to float. The test is the one worker (rank 1)
+  // and pushes hand-made gradients; for some of these values that differs in the last bit from
+  // the step computed in double and rounded once, so the server's weights (every reply and the
+  // end) must be the float steps, bit for bit, as a one-process replay of the log gives them.
+  constexpr std::size_t n = 32;
+  constexpr int updates = 3;
+  const float lr = 0.3f;
+  std::vector<float> start(n);
+  std::vector<std::vector<float>> grads(updates, std::vector<float>(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto x = static_cast<float>(i);
+    start[i] = 1.0f + 0.37f * x;
+    for (int u = 0; u < updates; ++u) {
+      grads[static_cast<std::size_t>(u)][i] = 0.71f + 0.113f * x * static_cast<float>(u + 1);
+    }
+  }
+  // want[u]: the weights after u updates, each step in float.
+  std::vector<std::vector<float>> want{start};
+  int separating = 0;
+  for (int u = 0; u < updates; ++u) {
+    std::vector<float> next = want.back();
+    for (std::size_t i = 0; i < n; ++i) {
+      const float g = grads[static_cast<std::size_t>(u)][i];
+      const float prev = next[i];
+      next[i] -= lr * g;
+      const auto once = static_cast<float>(static_cast<double>(prev) -
+                                           static_cast<double>(lr) * static_cast<double>(g));
+      if (once != next[i]) ++separating;
+    }
+    want.push_back(std::move(next));
+  }
+  ASSERT_GT(separating, 0) << "the test needs values where rounding once and twice differ";
+  std::vector<float> server_weights = start;
+  std::vector<std::vector<float>> replies;
+  std::vector<float> versions;
+  ps::ServerLog log;
+  run_ranks(threads_options(2), [&] {
+    const ps::Layout layout{1, 2};
+    if (dist::rank() == 0) {
+      ps::AsyncOptions o;
+      o.updates = updates;
+      o.learning_rate = lr;
+      log = ps::async_server(server_weights, o, layout);
+      return;
+    }
+    std::vector<float> msg(n + 1);
+    float version = 0.0f;
+    for (int u = 0; u <= updates; ++u) {  // at most one push more than the updates
+      const std::vector<float>& g = grads[static_cast<std::size_t>(std::min(u, updates - 1))];
+      std::copy(g.begin(), g.end(), msg.begin());
+      msg[n] = version;
+      dist::send(std::span<const float>(msg), 0, ps::kPushTag);
+      dist::recv(std::span<float>(msg), 0, ps::kReplyTag);
+      versions.push_back(msg[n]);
+      if (msg[n] == ps::kStopVersion) break;
+      replies.emplace_back(msg.begin(), msg.begin() + static_cast<std::ptrdiff_t>(n));
+      version = msg[n];
+    }
+  });
+  ASSERT_EQ(log.source.size(), static_cast<std::size_t>(updates));
+  ASSERT_EQ(replies.size(), static_cast<std::size_t>(updates - 1))
+      << "one worker, " << updates << " updates: weight replies after all but the last";
+  for (std::size_t u = 0; u < replies.size(); ++u) {
+    EXPECT_EQ(versions[u], static_cast<float>(u + 1)) << "reply " << u;
+    EXPECT_EQ(replies[u], want[u + 1])
+        << "the weights after update " << u + 1 << " must be w -= learning_rate * g in float, "
+        << "bit for bit (not computed in double and rounded once)";
+  }
+  EXPECT_EQ(server_weights, want.back())
+      << "the server's weights after " << updates << " updates must be the float steps, bit "
+      << "for bit (w -= learning_rate * g, not computed in double and rounded once)";
+}
+
 TEST(HiddenAsyncLog, WaitingWorkersAreStoppedInWorkerOrder) {
   // Lock-step (s = 0), equal workers, 15 updates of 3 workers: at the last update all three are
   // waiting, so the stop replies all go out at once, in worker order; each blocking send takes a

@@ -244,6 +244,36 @@ TEST(HiddenMemory, ShardsOverThreeAndFourReplicas) {
   }
 }
 
+/// layout.hpp, stage 2: "the hook reduce-scatters it into grad_shard_[i] and frees the full
+/// gradient (p.grad becomes 0 x 0)", and README: "stage 2 keeps only gradient chunks". On every
+/// grid, one replica (dp = 1, where the chunk is the whole gradient) included: after each training
+/// step every parameter's grad is 0 rows by 0 columns and the gradient meter counts the chunks only.
+TEST(HiddenMemory, StageTwoFreesEveryFullGradientOnEveryDpSize) {
+  for (auto [t, d] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {1, 2}, {2, 3}}) {
+    const tp::TpConfig c = grid_config(tiny_config(11, 4, 12 * 4), t, d, 2);
+    SCOPED_TRACE(config_name(c));
+    run_ranks(test_options(t * d), [&, d = d] {
+      tp::Trainer trainer(c, data_for(c.model));
+      for (int s = 0; s < 2; ++s) {
+        trainer.step(s);
+        std::int64_t chunks = 0;
+        for (const std::size_t n : shard_sizes(trainer.model())) {
+          chunks += static_cast<std::int64_t>(tp::ZeroOptimizer::padded(n, d) / d * sizeof(float));
+        }
+        const auto params = trainer.model().parameters();
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          EXPECT_TRUE(params[i]->grad.rows() == 0 && params[i]->grad.cols() == 0)
+              << "rank " << dist::rank() << ", step " << s << ", parameter " << i
+              << ": stage 2 frees the full gradient (p.grad becomes 0 x 0), also with one "
+              << "replica; it is " << params[i]->grad.rows() << " x " << params[i]->grad.cols();
+        }
+        EXPECT_EQ(trainer.memory().gradients, chunks)
+            << "rank " << dist::rank() << ", step " << s << ": stage 2 keeps only gradient chunks";
+      }
+    });
+  }
+}
+
 /// layout.hpp's meters right after the constructor, before any backward or step: gradients =
 /// every parameter's grad plus grad_shard_ (c floats per parameter, allocated by the constructor),
 /// scratch = one padded parameter, the largest (here one that dp divides, and one it does not).
