@@ -73,8 +73,8 @@ std::string same_traffic(const Traffic& got, const Traffic& plan, const std::str
              what + " makes " + std::to_string(w.builtin_collectives);
     }
     if (g.barriers != w.barriers) {
-      return head + std::to_string(g.barriers) + " dist::barrier() calls, but " + what +
-             " makes " + std::to_string(w.barriers) + " (a barrier is no part of it)";
+      return head + std::to_string(g.barriers) + " dist::barrier() calls, but " + what + " makes " +
+             std::to_string(w.barriers) + " (a barrier is no part of it)";
     }
     if (g.bytes_sent_to != w.bytes_sent_to || g.messages_sent_to != w.messages_sent_to) {
       return head + "sent " + per_peer(g.bytes_sent_to) + " bytes in " +
