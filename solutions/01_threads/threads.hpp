@@ -128,7 +128,7 @@ void simulate_trajectory(const OdeConfig& config, std::size_t item, std::span<do
 
 /// TODO. All trajectories, row-major: n_trajectories rows of (steps + 1) values, row i written by
 /// simulate_trajectory(config, i, ...), computed on n_workers (use parallel_for). The result must
-/// be bit-for-bit identical for every n_workers.
+/// be bit-for-bit identical for every n_workers. n_workers < 1 throws std::invalid_argument.
 std::vector<double> generate_trajectories(const OdeConfig& config, int n_workers);
 
 // ---------------------------------------------------------------------------------------------

@@ -104,7 +104,8 @@ std::mt19937_64 make_stream(std::uint64_t seed, int rank, Purpose purpose);
 
 /// TODO. Initial weights of a model with n parameters on `rank`: with
 /// gen = make_stream(seed, rank, Purpose::ModelInit), w[i] = 0.1 * (2 * to_unit(gen()) - 1)
-/// for i = 0, 1, ..., n - 1 in order. Identical on every rank.
+/// for i = 0, 1, ..., n - 1 in order. Identical on every rank. A negative rank throws
+/// std::invalid_argument.
 std::vector<double> init_model(std::size_t n, std::uint64_t seed, int rank);
 
 /// TODO. n values of this rank's data noise: with gen = make_stream(seed, rank, Purpose::Data),

@@ -494,6 +494,19 @@ TEST(HiddenTrajectories, ComputedOnNWorkers) {
       << "workers, parallel_for's pool has 4";
 }
 
+TEST(HiddenTrajectories, FewerThanOneWorkerThrowsInvalidArgument) {
+  // threads.hpp: "n_workers < 1 throws std::invalid_argument." Not one worker in its place: 0 and
+  // -3 workers are errors of the caller, whatever the number of trajectories.
+  threads::OdeConfig cfg;
+  cfg.n_trajectories = 3;
+  cfg.steps = 5;
+  for (int workers : {0, -3}) {
+    EXPECT_THROW(threads::generate_trajectories(cfg, workers), std::invalid_argument)
+        << "n_workers = " << workers << " must throw std::invalid_argument, not run on one worker";
+  }
+  EXPECT_EQ(threads::generate_trajectories(cfg, 1).size(), 18u) << "n_workers = 1 is valid";
+}
+
 // A thread that wakes every 30 us for as long as it lives: each wake-up preempts whichever worker
 // runs, at a random point of what it does, so interleavings that need a worker stopped between two
 // of its steps happen even where the test gets a single CPU.

@@ -203,6 +203,16 @@ TEST(HiddenRandomStreams, EmptyAndLargeDraws) {
   }
 }
 
+TEST(HiddenRandomStreams, InitModelRejectsANegativeRank) {
+  // races.hpp: init_model draws from make_stream(seed, rank, Purpose::ModelInit), and "A negative
+  // rank throws std::invalid_argument." The weights are the same on every valid rank, so a
+  // generator built for rank 0 in place of `rank` gives the right values but never checks it.
+  for (int rank : {-1, -7}) {
+    EXPECT_THROW(races::init_model(8, 2024, rank), std::invalid_argument) << "rank " << rank;
+  }
+  EXPECT_EQ(races::init_model(8, 2024, 5), races::init_model(8, 2024, 0)) << "rank 5 is valid";
+}
+
 TEST(HiddenRandomStreams, ShuffleDependsOnSeedOnly) {
   const auto p = races::shuffle_order(1000, 3, 0);
   EXPECT_NE(races::shuffle_order(1000, 4, 0), p);

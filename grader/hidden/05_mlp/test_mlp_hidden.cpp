@@ -3,6 +3,7 @@
 // under infinite gradients, outputs of the wrong shape. Allocations: test_mlp_hidden_alloc.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -115,6 +116,44 @@ TEST(HiddenSoftmax, VeryNegativeLogitsAndOneRow) {
   mlp::softmax_cross_entropy_backward(probs, y, d);
   ASSERT_TRUE(d.allFinite());
   EXPECT_NEAR(d.sum(), 0.0f, 1e-6f);
+}
+
+TEST(HiddenSoftmax, SmallLossesNextToLogitsOf1000AndALongBatchKeepTheirDigits) {
+  // mlp.hpp: "so logits of 1000 do not overflow. Returns the mean loss"; hint: "Accumulate in
+  // double so a large batch does not lose precision". A row {1000, 989} with label 0 has the loss
+  // log(1 + e^-11) = 1.67e-5, far below the float spacing of 1000 (6.1e-5): the row's loss formed
+  // as a float near 1000 (the max plus the log of the sum) rounds to 0 or 6.1e-5.
+  {
+    Matrix z(2, 2);
+    z << 1000.0f, 989.0f, -989.0f, -1000.0f;
+    const mlp::Labels y = {0, 0};
+    Matrix probs;
+    const float loss = mlp::softmax_cross_entropy_forward(z, y, probs);
+    const double want = std::log1p(std::exp(-11.0));  // both rows: max - label logit = 0, gap 11
+    EXPECT_NEAR(loss, want, 1e-3 * want)
+        << "rows {1000, 989} and {-989, -1000}, label 0: the loss log(1 + e^-11) = " << want
+        << " is lost to rounding next to 1000";
+  }
+  // A long batch: 2^21 rows {0, d_i} with label 0, d_i in [-0.5, 0.5]. Each row's loss is about
+  // 0.7; a float running sum reaches 1.5e6, where the float spacing is 0.125, so its mean drifts.
+  {
+    const Eigen::Index b = Eigen::Index{1} << 21;
+    Matrix z(b, 2);
+    mlp::Labels y(static_cast<std::size_t>(b), 0);
+    double want = 0.0;
+    for (Eigen::Index i = 0; i < b; ++i) {
+      const float d = static_cast<float>(i % 1001) / 1000.0f - 0.5f;
+      z(i, 0) = 0.0f;
+      z(i, 1) = d;
+      const double m = std::max(0.0, static_cast<double>(d));
+      want += m + std::log(std::exp(-m) + std::exp(static_cast<double>(d) - m));
+    }
+    want /= static_cast<double>(b);
+    Matrix probs;
+    const float loss = mlp::softmax_cross_entropy_forward(z, y, probs);
+    EXPECT_NEAR(loss, want, 1e-6 * want)
+        << "mean loss over " << b << " rows: a float accumulator loses the batch's digits";
+  }
 }
 
 TEST(HiddenTanh, LargeAndTinyInputs) {

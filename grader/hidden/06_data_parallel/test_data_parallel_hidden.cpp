@@ -72,6 +72,10 @@ std::string same_traffic(const Traffic& got, const Traffic& plan, const std::str
       return head + std::to_string(g.builtin_collectives) + " built-in collective calls, but " +
              what + " makes " + std::to_string(w.builtin_collectives);
     }
+    if (g.barriers != w.barriers) {
+      return head + std::to_string(g.barriers) + " dist::barrier() calls, but " + what + " makes " +
+             std::to_string(w.barriers) + " (a barrier is no part of it)";
+    }
     if (g.bytes_sent_to != w.bytes_sent_to || g.messages_sent_to != w.messages_sent_to) {
       return head + "sent " + per_peer(g.bytes_sent_to) + " bytes in " +
              per_peer(g.messages_sent_to) + " messages to ranks 0..p-1, but " + what + " sends " +
@@ -292,7 +296,8 @@ TEST(HiddenCloseness, RankZeroGathersDecidesAndBroadcastsTheAnswer) {
   // those of one gather of its parameters to rank 0 and one broadcast of a 32-bit answer
   // (an all_gather, after which every rank decides for itself, moves world_size times more). One
   // rank too: "one gather and one broadcast on every world size, one rank included" (two built-in
-  // collective calls, no shortcut that answers true at once).
+  // collective calls, no shortcut that answers true at once), and nothing else: no dist::barrier()
+  // besides them.
   const mlp::Config c = dptest::small_config();
   const std::size_t n = total_numel(mlp::MLP(c, 3));
   for (int p : {1, 3, 5}) {
