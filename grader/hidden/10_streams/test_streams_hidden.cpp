@@ -273,6 +273,11 @@ TEST(HiddenAnalyze, TieBreaksOfSeveralRaces) {
                       {kernel("w0", 1, 1, {}, {0}), kernel("w1", 1, 1, {}, {1}),
                        kernel("r", 0, 1, {1, 0}, {})}),
               2, 1, 1);
+  // writes are checked in the order listed too: b1 before b0
+  expect_race(program(2, 1, 2,
+                      {kernel("w0", 1, 1, {}, {0}), kernel("w1", 1, 1, {}, {1}),
+                       kernel("ww", 0, 1, {}, {1, 0})}),
+              2, 1, 1);
   // reads before writes
   expect_race(program(2, 1, 2,
                       {kernel("w0", 1, 1, {}, {0}), kernel("w1", 1, 1, {}, {1}),
