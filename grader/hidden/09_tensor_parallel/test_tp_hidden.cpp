@@ -308,6 +308,27 @@ TEST(HiddenMemory, ZeroMetersRightAfterConstruction) {
   }
 }
 
+/// layout.hpp's scratch_ holds one padded parameter, the largest, and the kit reads its capacity():
+/// parameters that grow a little along the list (8, 9, then 10 elements) leave no room beyond
+/// the largest padded parameter (a buffer grown parameter by parameter would keep up to twice it).
+TEST(HiddenMemory, ScratchIsTheLargestWhenParametersGrowAlongTheList) {
+  for (int dp : {1, 2, 3, 4}) {
+    run_ranks(test_options(dp), [&] {
+      for (int stage : {1, 2}) {
+        mlp::Parameter p, q, r;
+        p.value = mlp::Matrix::Constant(8, 1, 0.5f);
+        q.value = mlp::Matrix::Constant(9, 1, -0.25f);
+        r.value = mlp::Matrix::Constant(1, 10, 0.125f);
+        tp::ZeroOptimizer z({&p, &q, &r}, tp::AdamConfig{}, dist::world(), stage);
+        const std::int64_t largest = dp * ((10 + dp - 1) / dp);
+        EXPECT_EQ(z.scratch_bytes(), 4 * largest)
+            << "dp " << dp << ", stage " << stage << ", parameters of 8, 9 and 10 elements: "
+            << "scratch_ is one padded parameter, the largest (" << largest << " floats)";
+      }
+    });
+  }
+}
+
 /// layout.hpp: the step counter counts calls of step(), once per training step, whatever the
 /// number of parameters or hooks: no parameter at all, a step() with no new backward (the old
 /// gradient chunks again), two backwards (hooks run twice) before one step(). Adam's t shows in
