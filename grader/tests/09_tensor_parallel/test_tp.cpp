@@ -533,8 +533,8 @@ void expect_sharded_state(const tp::TpConfig& c, const ZeroMemory& m) {
   const std::int64_t slack = static_cast<std::int64_t>(2 * m.params * (c.dp - 1) * sizeof(float));
   EXPECT_GE(m.state * c.dp, 2 * m.full);
   EXPECT_LE(m.state * c.dp, 2 * m.full + slack);
-  // The scratch buffer holds one padded parameter at a time: the largest (a vector grown on
-  // demand may keep up to twice that), never room for all of them.
+  // The scratch buffer holds one padded parameter at a time, the largest, never room for all of
+  // them. Here it is only bounded below twice the largest; its exact size is graded as well.
   ASSERT_GT(m.all_parameters, 2 * m.largest) << "the test needs a model of several parameters";
   EXPECT_GE(m.scratch, m.largest) << "scratch_ holds one padded parameter (the largest)";
   EXPECT_LT(m.scratch, 2 * m.largest)
