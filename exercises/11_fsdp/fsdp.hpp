@@ -82,7 +82,8 @@ struct FsdpConfig {
 ///     issued has ended (an event; the comm stream waits, the host does not): in forward the
 ///     previous unit's forward, in backward the previous unit's backward, and for backward's first
 ///     gathers the last unit's forward. Only forward's first prefetch + 1 gathers wait for
-///     nothing.
+///     nothing. In bf16 that memory includes the bf16 copy of the shard the gather sends (held
+///     with the full weights, model.hpp): it too is written only after that kernel has ended.
 ///   * Comm stream order: a pass issues its gathers, and backward a unit's reduce-scatter right
 ///     after launching the unit's backward, in program order on the one comm stream.
 ///   * step(): Adam (Model::launch_adam) on every unit's shards, in the order backward produced

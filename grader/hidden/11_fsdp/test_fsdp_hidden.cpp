@@ -395,4 +395,48 @@ TEST(HiddenOrder, BackwardGathersStartAfterTheUnitLaunchedLast) {
   }
 }
 
+TEST(HiddenOrder, Bf16ShardCopyWaitsLikeItsGather) {
+  // fsdp.hpp: in bf16 the memory a gather fills includes the bf16 copy of the shard it sends,
+  // written only after the kernel of the unit launched last before the gather was issued has ended
+  // (the same kernels as the gathers' in both passes). Fast links and slow kernels, one step: the
+  // comm stream is free early, so a copy made before the wait shows in the trace as too early.
+  dist::NetworkModel fast;
+  fast.latency_s = 1e-8;
+  fast.bandwidth_Bps = 1e12;
+  for (int k : {1, 2}) {
+    TrainConfig c = config_of(k, true);
+    c.flops_per_s = 1e8;
+    c.fsdp.bf16_comm = true;
+    const std::string path =
+        ::testing::TempDir() + "distlab_11_bf16_copies_" + std::to_string(k) + ".json";
+    run(c, 2, 1, fast, path);
+    const int units = c.model.n_layers;
+    std::vector<TraceSpan> forwards, backwards, copies;
+    for (const TraceSpan& s : trace_spans(path, "rank 0 stream compute")) {
+      if (s.name.find("'forward ") != std::string::npos) forwards.push_back(s);
+      if (s.name.find("'backward ") != std::string::npos) backwards.push_back(s);
+    }
+    for (const TraceSpan& s : trace_spans(path, "rank 0 stream comm"))
+      if (s.name.find("to bf16") != std::string::npos) copies.push_back(s);
+    const auto n = static_cast<std::size_t>(units);
+    ASSERT_EQ(forwards.size(), n) << "prefetch " << k;
+    ASSERT_EQ(backwards.size(), n) << "prefetch " << k;
+    ASSERT_EQ(copies.size(), 2 * n) << "prefetch " << k << ": one bf16 copy per gather";
+    for (int j = 0; j < 2 * units; ++j) {  // forward's gathers 0 .. L-1, then backward's
+      const bool fwd = j < units;
+      const int b = j - units;      // position in backward's order
+      if (fwd && j <= k) continue;  // forward's first prefetch + 1 gathers wait for nothing
+      const TraceSpan& after = fwd      ? forwards[static_cast<std::size_t>(j - k - 1)]
+                               : b <= k ? forwards[n - 1]
+                                        : backwards[static_cast<std::size_t>(b - k - 1)];
+      const TraceSpan& copy = copies[static_cast<std::size_t>(j)];
+      EXPECT_GE(copy.t0, after.t1 - 1e-12)
+          << "prefetch " << k << ": the bf16 shard copy of " << (fwd ? "forward" : "backward")
+          << "'s gather of unit " << (fwd ? j : units - 1 - b)
+          << " must be written after the kernel launched last before the gather was issued has "
+          << "ended (" << after.t1 << " s); it was written at " << copy.t0 << " s";
+    }
+  }
+}
+
 }  // namespace
