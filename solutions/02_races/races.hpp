@@ -118,7 +118,8 @@ std::vector<double> draw_data(std::size_t n, std::uint64_t seed, int rank);
 /// driven by make_stream(seed, rank, Purpose::Shuffle) and walking from the back: each position,
 /// from the last down to the second, swaps with a position at or before it, picked by one draw of
 /// the stream reduced modulo the number of those positions (no draw for the first position). The
-/// tests rebuild exactly that permutation.
+/// tests rebuild exactly that permutation. A negative rank throws std::invalid_argument, whatever
+/// n (0 and 1 included).
 /// (For a new order every epoch, derive the seed from (seed, epoch) with a hash, not seed + epoch.)
 std::vector<std::size_t> shuffle_order(std::size_t n, std::uint64_t seed, int rank);
 

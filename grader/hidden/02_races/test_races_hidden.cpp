@@ -276,3 +276,53 @@ TEST(HiddenRandomStreams, ShuffleIsTheDocumentedFisherYatesForManySizesAndSeeds)
     }
   }
 }
+
+TEST(HiddenRandomStreams, InitModelRejectsANegativeRankRightAfterAValidCall) {
+  // races.hpp: "A negative rank throws std::invalid_argument." -- on every call, also right after
+  // a valid call with the same (n, seed): weights remembered from an earlier call must not answer
+  // a call that has to throw.
+  for (int rank : {-1, -7}) {
+    const std::vector<double> valid = races::init_model(8, 2024, 0);
+    EXPECT_EQ(valid.size(), 8u);
+    EXPECT_THROW(races::init_model(8, 2024, rank), std::invalid_argument)
+        << "rank " << rank << " right after init_model(8, 2024, 0)";
+  }
+}
+
+TEST(HiddenRandomStreams, ShuffleRejectsANegativeRankForEveryN) {
+  // races.hpp: "A negative rank throws std::invalid_argument, whatever n (0 and 1 included)."
+  // n = 0 and n = 1 need no draw, and still the rank is checked.
+  for (std::size_t n : {0u, 1u, 2u, 10u}) {
+    EXPECT_THROW(races::shuffle_order(n, 5, -1), std::invalid_argument) << "n = " << n;
+  }
+  EXPECT_TRUE(races::shuffle_order(0, 5, 0).empty());
+  EXPECT_EQ(races::shuffle_order(1, 5, 2), std::vector<std::size_t>{0});
+}
+
+TEST(HiddenRandomStreams, SeedsThatDifferOnlyInTheHighBitsGiveDistinctStreams) {
+  // races.hpp: "different seeds" give different values, "no two distinct (seed, rank, purpose)
+  // streams may collide": the seed is a 64-bit value, so seeds that differ only above bit 31
+  // (42, 42 + 2^32, 42 + 2^63, ...) are distinct seeds too.
+  const std::uint64_t base = 42;
+  const std::vector<std::uint64_t> seeds = {
+      base, base + (std::uint64_t{1} << 32), base + (std::uint64_t{1} << 40),
+      base + (std::uint64_t{1} << 63), base | 0xffffffff00000000ULL};
+  std::unordered_set<std::uint64_t> values;
+  std::size_t streams = 0;
+  for (std::uint64_t seed : seeds) {
+    for (races::Purpose purpose :
+         {races::Purpose::ModelInit, races::Purpose::Shuffle, races::Purpose::Data}) {
+      const int ranks = races::shared_across_ranks(purpose) ? 1 : 4;
+      for (int rank = 0; rank < ranks; ++rank) {
+        values.insert(races::stream_seed(seed, rank, purpose));
+        ++streams;
+      }
+    }
+  }
+  EXPECT_EQ(values.size(), streams)
+      << "seeds 42, 42 + 2^32, 42 + 2^40, 42 + 2^63 and 42 with the top 32 bits set: two distinct "
+         "streams collide (is the seed cut to 32 bits?)";
+  EXPECT_NE(races::init_model(16, base, 0),
+            races::init_model(16, base + (std::uint64_t{1} << 32), 0))
+      << "init_model with seeds 42 and 42 + 2^32 gives the same weights";
+}

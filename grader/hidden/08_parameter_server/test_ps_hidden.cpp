@@ -773,3 +773,72 @@ TEST(HiddenAsyncLog, WaitingWorkersAreStoppedInWorkerOrder) {
     }
   }
 }
+
+TEST(HiddenSyncTags, EachSideWorksWithAPeerThatUsesTheDocumentedTags) {
+  // ps.hpp: gradients go worker -> server j with kGradTag, weights server j -> worker with
+  // kWeightsTag ("a gradient can never be taken for weights"). The test plays one side itself
+  // with exactly those tags: a server or a worker that uses another tag (the same one both ways,
+  // say) never matches it, and the run ends in a deadlock report instead of the weights.
+  const int servers = 2, workers = 2, world = servers + workers;
+  const std::size_t n = 7;  // shards of 4 and 3
+  const float lr = 0.5f;
+  std::vector<std::vector<float>> grads(workers, std::vector<float>(n));
+  for (std::size_t i = 0; i < n; ++i) {
+    grads[0][i] = 1.0f + static_cast<float>(i);
+    grads[1][i] = 3.0f - static_cast<float>(i);
+  }
+  std::vector<float> want(n);  // from weights 1: 1 - lr * mean
+  for (std::size_t i = 0; i < n; ++i) want[i] = 1.0f - lr * ((grads[0][i] + grads[1][i]) / 2.0f);
+  for (bool student_server : {true, false}) {
+    std::vector<std::vector<float>> out(static_cast<std::size_t>(world));
+    std::mutex mu;
+    run_ranks(threads_options(world, 20000), [&] {
+      const int rank = dist::rank();
+      const ps::Layout layout{servers, dist::world_size()};
+      std::vector<float> got;
+      if (layout.is_server(rank)) {
+        const ps::Range r = ps::shard_range(n, servers, rank);
+        got.assign(r.size(), 1.0f);
+        if (student_server) {
+          ps::server_step(got, lr, layout);
+        } else {  // the test's server: the documented tags
+          std::vector<std::vector<float>> parts(workers, std::vector<float>(r.size()));
+          for (int w = 0; w < workers; ++w) {
+            dist::recv(std::span<float>(parts[static_cast<std::size_t>(w)]), layout.worker_rank(w),
+                       ps::kGradTag);
+          }
+          for (std::size_t i = 0; i < r.size(); ++i)
+            got[i] -= lr * ((parts[0][i] + parts[1][i]) / 2.0f);
+          for (int w = 0; w < workers; ++w) {
+            dist::send(std::span<const float>(got), layout.worker_rank(w), ps::kWeightsTag);
+          }
+        }
+      } else {
+        const std::vector<float>& grad = grads[static_cast<std::size_t>(layout.worker_index(rank))];
+        got.assign(n, 1.0f);
+        if (student_server) {  // the test's worker: the documented tags
+          for (int j = 0; j < servers; ++j) {
+            const ps::Range r = ps::shard_range(n, servers, j);
+            dist::send(std::span<const float>(grad).subspan(r.begin, r.size()), j, ps::kGradTag);
+          }
+          for (int j = 0; j < servers; ++j) {
+            const ps::Range r = ps::shard_range(n, servers, j);
+            dist::recv(std::span<float>(got).subspan(r.begin, r.size()), j, ps::kWeightsTag);
+          }
+        } else {
+          ps::push_gradients(grad, layout);
+          ps::pull_weights(got, layout);
+        }
+      }
+      std::lock_guard<std::mutex> g(mu);
+      out[static_cast<std::size_t>(rank)] = std::move(got);
+    });
+    const char* who = student_server ? "your server_step with a worker that sends kGradTag and "
+                                       "receives kWeightsTag"
+                                     : "your push_gradients and pull_weights with a server that "
+                                       "receives kGradTag and sends kWeightsTag";
+    for (int w = 0; w < workers; ++w) {
+      EXPECT_EQ(out[static_cast<std::size_t>(servers + w)], want) << who << ": worker " << w;
+    }
+  }
+}
