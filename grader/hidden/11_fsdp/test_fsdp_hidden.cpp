@@ -356,28 +356,39 @@ TEST(HiddenOrder, ForwardGathersStartAfterTheUnitLaunchedLast) {
   }
 }
 
+// One traced step of c on 2 ranks with fast links (1e-8 s, 1e12 B/s): rank 0's forward and
+// backward kernels on compute, and its comm spans whose name holds `comm_name`.
+struct StepSpans {
+  std::vector<TraceSpan> forwards, backwards, comm;
+};
+StepSpans fast_link_step(const TrainConfig& c, const std::string& file,
+                         const std::string& comm_name) {
+  dist::NetworkModel fast;
+  fast.latency_s = 1e-8;
+  fast.bandwidth_Bps = 1e12;
+  const std::string path = ::testing::TempDir() + file;
+  run(c, 2, 1, fast, path);
+  StepSpans out;
+  for (const TraceSpan& s : trace_spans(path, "rank 0 stream compute")) {
+    if (s.name.find("'forward ") != std::string::npos) out.forwards.push_back(s);
+    if (s.name.find("'backward ") != std::string::npos) out.backwards.push_back(s);
+  }
+  for (const TraceSpan& s : trace_spans(path, "rank 0 stream comm"))
+    if (s.name.find(comm_name) != std::string::npos) out.comm.push_back(s);
+  return out;
+}
+
 TEST(HiddenOrder, BackwardGathersStartAfterTheUnitLaunchedLast) {
   // fsdp.hpp: in backward, a gather starts only after the backward of the unit launched last
   // before it was issued has ended, and backward's first prefetch + 1 gathers after the last
   // unit's forward. Fast links and slow kernels, one step: the comm stream is free early, so a
   // gather that waits for nothing starts too soon.
-  dist::NetworkModel fast;
-  fast.latency_s = 1e-8;
-  fast.bandwidth_Bps = 1e12;
   for (int k : {1, 2}) {
     TrainConfig c = config_of(k, true);
     c.flops_per_s = 1e8;
-    const std::string path =
-        ::testing::TempDir() + "distlab_11_backward_gathers_" + std::to_string(k) + ".json";
-    run(c, 2, 1, fast, path);
+    const auto [forwards, backwards, gathers] = fast_link_step(
+        c, "distlab_11_backward_gathers_" + std::to_string(k) + ".json", "all_gather");
     const int units = c.model.n_layers;
-    std::vector<TraceSpan> forwards, backwards, gathers;
-    for (const TraceSpan& s : trace_spans(path, "rank 0 stream compute")) {
-      if (s.name.find("'forward ") != std::string::npos) forwards.push_back(s);
-      if (s.name.find("'backward ") != std::string::npos) backwards.push_back(s);
-    }
-    for (const TraceSpan& s : trace_spans(path, "rank 0 stream comm"))
-      if (s.name.find("all_gather") != std::string::npos) gathers.push_back(s);
     const auto n = static_cast<std::size_t>(units);
     ASSERT_EQ(forwards.size(), n) << "prefetch " << k;
     ASSERT_EQ(backwards.size(), n) << "prefetch " << k;
@@ -400,24 +411,13 @@ TEST(HiddenOrder, Bf16ShardCopyWaitsLikeItsGather) {
   // written only after the kernel of the unit launched last before the gather was issued has ended
   // (the same kernels as the gathers' in both passes). Fast links and slow kernels, one step: the
   // comm stream is free early, so a copy made before the wait shows in the trace as too early.
-  dist::NetworkModel fast;
-  fast.latency_s = 1e-8;
-  fast.bandwidth_Bps = 1e12;
   for (int k : {1, 2}) {
     TrainConfig c = config_of(k, true);
     c.flops_per_s = 1e8;
     c.fsdp.bf16_comm = true;
-    const std::string path =
-        ::testing::TempDir() + "distlab_11_bf16_copies_" + std::to_string(k) + ".json";
-    run(c, 2, 1, fast, path);
+    const auto [forwards, backwards, copies] =
+        fast_link_step(c, "distlab_11_bf16_copies_" + std::to_string(k) + ".json", "to bf16");
     const int units = c.model.n_layers;
-    std::vector<TraceSpan> forwards, backwards, copies;
-    for (const TraceSpan& s : trace_spans(path, "rank 0 stream compute")) {
-      if (s.name.find("'forward ") != std::string::npos) forwards.push_back(s);
-      if (s.name.find("'backward ") != std::string::npos) backwards.push_back(s);
-    }
-    for (const TraceSpan& s : trace_spans(path, "rank 0 stream comm"))
-      if (s.name.find("to bf16") != std::string::npos) copies.push_back(s);
     const auto n = static_cast<std::size_t>(units);
     ASSERT_EQ(forwards.size(), n) << "prefetch " << k;
     ASSERT_EQ(backwards.size(), n) << "prefetch " << k;
