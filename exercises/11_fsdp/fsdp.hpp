@@ -84,6 +84,8 @@ struct FsdpConfig {
 ///     gathers the last unit's forward. Only forward's first prefetch + 1 gathers wait for
 ///     nothing. In bf16 that memory includes the bf16 copy of the shard the gather sends (held
 ///     with the full weights, model.hpp): it too is written only after that kernel has ended.
+///     Graded is the order the streams give (the trace): a gather already queued on comm behind
+///     an operation that waited for that kernel, or a later one, is ordered after it either way.
 ///   * Comm stream order: a pass issues its gathers, and backward a unit's reduce-scatter right
 ///     after launching the unit's backward, in program order on the one comm stream.
 ///   * step(): Adam (Model::launch_adam) on every unit's shards, in the order backward produced
