@@ -505,6 +505,13 @@ TEST(HiddenTrajectories, FewerThanOneWorkerThrowsInvalidArgument) {
         << "n_workers = " << workers << " must throw std::invalid_argument, not run on one worker";
   }
   EXPECT_EQ(threads::generate_trajectories(cfg, 1).size(), 18u) << "n_workers = 1 is valid";
+  cfg.n_trajectories = 0;  // no work at all: the worker count is still checked
+  for (int workers : {0, -3}) {
+    EXPECT_THROW(threads::generate_trajectories(cfg, workers), std::invalid_argument)
+        << "n_workers = " << workers << " with 0 trajectories must throw std::invalid_argument";
+  }
+  EXPECT_TRUE(threads::generate_trajectories(cfg, 2).empty())
+      << "0 trajectories on 2 workers is valid and gives an empty data set";
 }
 
 // A thread that wakes every 30 us for as long as it lives: each wake-up preempts whichever worker

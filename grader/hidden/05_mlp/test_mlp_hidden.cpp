@@ -326,3 +326,35 @@ TEST(HiddenBackwardAgain, EachBackwardOfOneForwardGivesThatForwardsGradients) {
     }
   }
 }
+
+TEST(HiddenHooks, EveryHookFiresWhenTheGradientsAreZero) {
+  // mlp.hpp: backward "runs each weight's hooks as soon as its grad is written", whatever the
+  // values: a gradient of exact zeros (a zero dlogits, a batch of 0 rows) is final too, and a
+  // data-parallel wrapper (06) waits for every parameter's hook.
+  mlp::Config c;
+  c.n_layers = 3;
+  c.dim_in = 4;
+  c.dim_hidden = 5;
+  c.n_classes = 3;
+  c.batch_size = 2;
+  c.train_size = 4;
+  c.test_size = 2;
+  for (mlp::Activation act : {mlp::Activation::Tanh, mlp::Activation::ReLU}) {
+    c.activation = act;
+    for (int rows : {3, 0}) {
+      mlp::MLP model(c, 11);
+      std::vector<int> order;
+      auto params = model.parameters();
+      for (int i = 0; i < model.n_layers(); ++i)
+        params[static_cast<std::size_t>(i)]->add_hook(
+            [&, i](mlp::Parameter&) { order.push_back(i); });
+      const Matrix x = rows > 0 ? random_matrix(rows, 4, 5) : Matrix(0, 4);
+      (void)model.forward(x);
+      model.backward(Matrix::Zero(rows, 3));  // every gradient is exactly zero
+      EXPECT_EQ(order, (std::vector<int>{2, 1, 0}))
+          << mlp::to_string(act) << ", " << rows << " rows, dlogits all zero: each weight's hooks "
+          << "must run once, last layer first, even when its gradient is all zeros";
+      for (mlp::Parameter* p : params) EXPECT_TRUE((p->grad.array() == 0.0f).all()) << p->name;
+    }
+  }
+}
