@@ -7,6 +7,8 @@
 // step, not only the first.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -619,5 +621,228 @@ TEST(HiddenTrainStep, GradientsHeldBeforeTheStepDoNotLeakIntoIt) {
     EXPECT_TRUE(close(got[k], ref.weights[0][k]))
         << "layer " << k << ": the stage's gradients held 0.5 before train_step; the step must "
         << "zero them first, so that only the batch's gradients are applied";
+  }
+}
+
+// ---- The helpers without a peer, run_ops's outbox, the stash with recomputation, spans over steps --
+
+namespace {
+
+/// A matrix of a shape no helper would give it (3 x 5), every entry a different known value.
+mlp::Matrix sentinel() {
+  mlp::Matrix m(3, 5);
+  for (Eigen::Index i = 0; i < m.rows(); ++i)
+    for (Eigen::Index j = 0; j < m.cols(); ++j)
+      m(i, j) = 0.5f + static_cast<float>(i * m.cols() + j);
+  return m;
+}
+
+/// Empty when `got` is exactly the sentinel (shape and every value), else what differs.
+std::string differs_from_sentinel(const mlp::Matrix& got) {
+  const mlp::Matrix want = sentinel();
+  std::ostringstream os;
+  if (got.rows() != want.rows() || got.cols() != want.cols()) {
+    os << "resized from " << want.rows() << " x " << want.cols() << " to " << got.rows() << " x "
+       << got.cols();
+  } else if (got != want) {
+    os << "its values were overwritten";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+// pipeline.hpp: "a helper whose peer does not exist (sending forward from the last stage,
+// receiving forward on the first, ...) does nothing": on the first stage recv_forward,
+// send_backward and send_backward_recv_forward, on the last stage send_forward, recv_backward and
+// send_forward_recv_backward leave the caller's matrix as it was (shape and values: "Receives
+// resize the matrix" only where there is a peer to receive from) and send or receive nothing;
+// p = 1 (a stage both first and last), 2 and 3.
+TEST(HiddenHelpers, WithoutAPeerLeaveTheMatrixAsItWasAndSendNothing) {
+  const mlp::Config c = tiny_config(4, 8, mlp::Activation::Tanh);
+  const int rows = 4;
+  for (int p : {1, 2, 3}) {
+    std::mutex mu;
+    std::vector<std::string> failures;
+    distlab::testing::run_ranks(distlab::testing::test_options(p), [&] {
+      const int rank = dist::rank();
+      pp::Stage stage(c, c.seed + 2, rank, p);
+      std::vector<std::string> bad;
+      const auto note = [&](const std::string& call, const mlp::Matrix& m) {
+        const std::string d = differs_from_sentinel(m);
+        if (!d.empty()) bad.push_back(call + ": the caller's matrix " + d);
+      };
+      dist::reset_stats();
+      if (stage.is_first()) {
+        const mlp::Matrix dx = mlp::Matrix::Constant(rows, stage.in_features(), 2.0f);
+        mlp::Matrix x = sentinel();
+        pp::recv_forward(stage, x, rows);
+        note("recv_forward on the first stage", x);
+        pp::send_backward(stage, dx);
+        x = sentinel();
+        pp::send_backward_recv_forward(stage, dx, x, rows);
+        note("send_backward_recv_forward on the first stage", x);
+      }
+      if (stage.is_last()) {
+        const mlp::Matrix y = mlp::Matrix::Constant(rows, stage.out_features(), 3.0f);
+        mlp::Matrix dy = sentinel();
+        pp::recv_backward(stage, dy, rows);
+        note("recv_backward on the last stage", dy);
+        pp::send_forward(stage, y);
+        dy = sentinel();
+        pp::send_forward_recv_backward(stage, y, dy, rows);
+        note("send_forward_recv_backward on the last stage", dy);
+      }
+      const dist::Stats s = dist::stats();
+      if (s.messages_sent != 0 || s.messages_received != 0)
+        bad.push_back("the helpers without a peer sent " + std::to_string(s.messages_sent) +
+                      " and received " + std::to_string(s.messages_received) + " messages");
+      std::lock_guard<std::mutex> g(mu);
+      for (const std::string& b : bad)
+        failures.push_back("p=" + std::to_string(p) + ", stage " + std::to_string(rank) + ": " + b);
+    });
+    for (const std::string& f : failures)
+      ADD_FAILURE() << f
+                    << " (a helper whose peer does not exist does nothing: it leaves the "
+                       "matrix, its shape included, as it was)";
+  }
+}
+
+// pipeline.hpp: "With recomputation on, only the input (z and h are empty vectors)": the Stash
+// that forward stores holds the input, and its z and h have no element at all (not one freed
+// matrix per layer); without recomputation one z per layer of the stage. The first stage of 2
+// (3 layers of 5) and the last stage of 2 (2 layers, the model's last among them).
+TEST(HiddenRecompute, StashZAndHAreEmptyVectors) {
+  const mlp::Config c = tiny_config(5, 8, mlp::Activation::ReLU);
+  const auto& data = data_for(c);
+  const mlp::Matrix x0 = data.train.x.topRows(6);
+  for (int stage_index : {0, 1}) {
+    for (bool recompute : {false, true}) {
+      SCOPED_TRACE("stage " + std::to_string(stage_index) + " of 2, recomputation " +
+                   (recompute ? "on" : "off"));
+      pp::Stage stage(c, c.seed + 2, stage_index, 2);
+      stage.set_recompute(recompute);
+      const mlp::Matrix x =
+          stage_index == 0 ? x0 : mlp::Matrix(mlp::Matrix::Constant(6, stage.in_features(), 0.25f));
+      (void)stage.forward(x, 3);
+      const pp::Stash s = stage.stash_pop(3);
+      EXPECT_TRUE(s.input == x) << "the stash holds the stage's input";
+      if (recompute) {
+        EXPECT_TRUE(s.z.empty()) << "with recomputation on z must be an empty vector; it has "
+                                 << s.z.size() << " elements";
+        EXPECT_TRUE(s.h.empty()) << "with recomputation on h must be an empty vector; it has "
+                                 << s.h.size() << " elements";
+        EXPECT_EQ(s.bytes(), static_cast<std::int64_t>(x.size()) * 4);
+      } else {
+        EXPECT_EQ(s.z.size(), static_cast<std::size_t>(stage.layers().size))
+            << "without recomputation one z per layer of the stage";
+      }
+    }
+  }
+}
+
+// pipeline.hpp: "std::deque<Matrix> outbox;   // run_ops: copies of the messages still in flight"
+// and "Every send has completed when run_ops returns": after run_ops no message is in flight, so
+// st.outbox and st.sends are empty on every rank (ZB-H1 at p = 3 with 4 microbatches; interleaved
+// at p = 2, v = 2 with 4 microbatches), also after a second step with the same StepState.
+TEST(HiddenZB, RunOpsLeavesNoMessageInTheOutbox) {
+  const mlp::Config c = tiny_config(6, 12, mlp::Activation::Tanh);
+  const auto& data = data_for(c);
+  const mlp::Matrix x = data.train.x.topRows(12);
+  const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + 12);
+  for (const bool interleaved : {false, true}) {
+    const int p = interleaved ? 2 : 3, m = 4;
+    std::mutex mu;
+    std::vector<std::string> failures;
+    distlab::testing::run_ranks(distlab::testing::test_options(p), [&] {
+      const int rank = dist::rank();
+      std::vector<pp::Stage> chunks;
+      if (interleaved) {
+        chunks = pp::make_rank_chunks(c, c.seed + 2, 2);
+      } else {
+        chunks.emplace_back(c, c.seed + 2, rank, p);
+      }
+      const std::vector<pp::Op> ops =
+          interleaved ? pp::interleaved_ops(p, rank, m, 2) : pp::zb_h1_ops(p, rank, m);
+      const pp::Batch batch{x, y, m};
+      pp::StepState st;
+      std::vector<std::string> bad;
+      for (int step = 0; step < 2; ++step) {
+        for (pp::Stage& s : chunks) s.zero_grad();
+        pp::run_ops(chunks, batch, ops, st);
+        if (!st.outbox.empty() || !st.sends.empty())
+          bad.push_back("after step " + std::to_string(step) + " st.outbox holds " +
+                        std::to_string(st.outbox.size()) + " copies and st.sends " +
+                        std::to_string(st.sends.size()) + " sends");
+      }
+      std::lock_guard<std::mutex> g(mu);
+      for (const std::string& b : bad)
+        failures.push_back(std::string(interleaved ? "interleaved" : "ZB-H1") + ", p=" +
+                           std::to_string(p) + ", rank " + std::to_string(rank) + ": " + b);
+    });
+    for (const std::string& f : failures)
+      ADD_FAILURE() << f
+                    << " (every send has completed when run_ops returns, so no message is left in "
+                       "flight in the StepState)";
+  }
+}
+
+// pipeline.hpp: "Total compute charged so far (seconds)" and "Task 7. One training step: zero the
+// gradients, run the schedule, one SGD step": train_step clears no span (only the caller's
+// clear_spans() does), so after two steps on the same batch every stage holds the first step's
+// spans unchanged followed by as many again, later on the clock, and twice the busy time.
+TEST(HiddenTrainStep, SpansAndBusySecondsAccumulateOverSteps) {
+  const mlp::Config c = tiny_config(5, 12, mlp::Activation::ReLU);
+  const auto& data = data_for(c);
+  const mlp::Matrix x = data.train.x.topRows(12);
+  const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + 12);
+  const int p = 2, m = 3;
+  for (Schedule s : {Schedule::Naive, Schedule::GPipe, Schedule::OneFOneB, Schedule::ZeroBubble}) {
+    std::mutex mu;
+    std::vector<std::string> failures;
+    distlab::testing::run_ranks(distlab::testing::test_options(p), [&] {
+      const int rank = dist::rank();
+      pp::Stage stage(c, c.seed + 2, rank, p);
+      mlp::SGD opt(stage.parameters(), c.learning_rate);
+      const pp::Batch batch{x, y, m};
+      (void)pp::train_step(stage, opt, batch, s);
+      const std::vector<pp::Stage::Span> first = stage.spans();
+      const double busy1 = stage.busy_seconds();
+      (void)pp::train_step(stage, opt, batch, s);
+      const std::vector<pp::Stage::Span>& all = stage.spans();
+      const double busy2 = stage.busy_seconds();
+      std::ostringstream bad;
+      if (first.empty() || busy1 <= 0) {
+        bad << "the first step charged no span (" << first.size() << " spans, " << busy1 << " s)";
+      } else if (all.size() != 2 * first.size()) {
+        bad << "after two steps " << all.size() << " spans, want " << 2 * first.size()
+            << " (the first step's " << first.size() << " and the second's)";
+      } else {
+        for (std::size_t k = 0; k < first.size(); ++k) {
+          if (all[k].name != first[k].name || all[k].t0 != first[k].t0 ||
+              all[k].t1 != first[k].t1) {
+            bad << "span " << k << " of the first step changed";
+            break;
+          }
+          if (all[first.size() + k].name != first[k].name ||
+              all[first.size() + k].t0 < first.back().t1) {
+            bad << "span " << first.size() + k << " is not the second step's " << first[k].name
+                << " after the first step";
+            break;
+          }
+        }
+      }
+      if (std::abs(busy2 - 2 * busy1) > 1e-9 * busy1)
+        bad << (bad.str().empty() ? "" : "; ") << "busy_seconds() " << busy2
+            << " after two steps, want twice the first step's " << busy1;
+      std::lock_guard<std::mutex> g(mu);
+      if (!bad.str().empty())
+        failures.push_back(std::string(pp::to_string(s)) + ", stage " + std::to_string(rank) +
+                           ": " + bad.str());
+    });
+    for (const std::string& f : failures)
+      ADD_FAILURE() << f
+                    << " (spans() and busy_seconds() hold everything charged so far: train_step "
+                       "zeroes the gradients, it does not clear the spans)";
   }
 }
