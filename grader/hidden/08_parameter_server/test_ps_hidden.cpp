@@ -842,3 +842,71 @@ TEST(HiddenSyncTags, EachSideWorksWithAPeerThatUsesTheDocumentedTags) {
     }
   }
 }
+
+TEST(HiddenSsp, AHeldWorkerDoesNotHoldBackTheWorkersAfterIt) {
+  // Worker 0 is fast, worker 1 the slowest and worker 2 in between, so worker 0 is often held
+  // back (s + 1 ahead of worker 1) while worker 2 may go on: after an update, every waiting
+  // worker that ssp_may_proceed lets go on is answered, also one after a held worker in worker
+  // order. The rule is replayed over the log's sources; each push that follows a reply must
+  // arrive one gradient of that worker after the update that answered it (a reply, the gradient,
+  // the push, and at most the replies the server sends around it), not later.
+  const mlp::Config c = other_config();
+  const double compute_s = 1e-3;
+  const int workers = 3, updates = 40;
+  const std::vector<double> factors = {1.0, 2.45, 2.15};
+  int held_before_released = 0;
+  for (int s = 1; s <= 3; ++s) {
+    const AsyncRun run = run_async(c, data_for(c), workers, updates, s, compute_s, 1.0, factors);
+    ASSERT_EQ(run.log.source.size(), static_cast<std::size_t>(updates));
+    ASSERT_EQ(run.log.time.size(), static_cast<std::size_t>(updates));
+    const std::size_t bytes = (run.weights.size() + 1) * sizeof(float);
+    const dist::NetworkModel net;
+    const double push = net.message_cost(1, 0, bytes), reply = net.message_cost(0, 1, bytes);
+    ASSERT_GT(reply, 0.0);
+    ASSERT_LT((2 * workers + 2) * reply, compute_s / 10)
+        << "the test needs messages much shorter than a gradient";
+    std::vector<int> pushes(workers, 0);
+    std::vector<char> waiting(workers, 0);
+    std::vector<int> answered_at(workers, -1);  // the update after which it was answered
+    for (int i = 0; i < updates; ++i) {
+      const int src = run.log.source[static_cast<std::size_t>(i)];
+      ASSERT_TRUE(src >= 1 && src <= workers) << "update " << i << ": source " << src;
+      const auto k = static_cast<std::size_t>(src - 1);
+      ASSERT_FALSE(waiting[k]) << "s=" << s << ", update " << i << ": worker rank " << src
+                               << " pushed while it was held back (not answered)";
+      if (answered_at[k] >= 0) {
+        const double after = run.log.time[static_cast<std::size_t>(answered_at[k])];
+        const double gradient = factors[k] * compute_s;
+        const double got = run.log.time[static_cast<std::size_t>(i)];
+        EXPECT_GE(got, after + reply + gradient + push - 1e-9)
+            << "s=" << s << ", update " << i << ": worker rank " << src << " was answered after "
+            << "update " << answered_at[k] << " (" << after << " s) and computes " << gradient
+            << " s per gradient";
+        EXPECT_LE(got, after + gradient + (2 * workers + 2) * reply + 1e-9)
+            << "s=" << s << ", update " << i << ": worker rank " << src << " may go on after "
+            << "update " << answered_at[k] << " (" << after << " s): ssp_may_proceed(its pushes, "
+            << "the slowest's, s) lets it, so it is answered then, even when a worker before it "
+            << "in worker order is held back; its next push must arrive one gradient (" << gradient
+            << " s) later, it arrived at " << got << " s";
+      }
+      ++pushes[k];
+      waiting[k] = 1;
+      answered_at[k] = -1;
+      if (i + 1 == updates) break;  // no reply carries weights after the last update
+      const int slowest = *std::min_element(pushes.begin(), pushes.end());
+      bool held = false;
+      for (std::size_t q = 0; q < pushes.size(); ++q) {
+        if (!waiting[q]) continue;
+        if (pushes[q] - slowest <= s) {
+          waiting[q] = 0;
+          answered_at[q] = i;
+          if (held) ++held_before_released;
+        } else {
+          held = true;
+        }
+      }
+    }
+  }
+  EXPECT_GE(held_before_released, 6)
+      << "the test needs updates after which a held worker comes before a released one";
+}
