@@ -289,6 +289,19 @@ TEST(HiddenRandomStreams, InitModelRejectsANegativeRankRightAfterAValidCall) {
   }
 }
 
+TEST(HiddenRandomStreams, InitModelRejectsANegativeRankForEveryN) {
+  // races.hpp: "A negative rank throws std::invalid_argument." -- for every n: n = 0 draws no
+  // weight, and still the rank is checked.
+  for (std::size_t n : {0u, 1u, 8u}) {
+    for (int rank : {-1, -7}) {
+      EXPECT_THROW(races::init_model(n, 2024, rank), std::invalid_argument)
+          << "n = " << n << ", rank " << rank;
+    }
+  }
+  EXPECT_TRUE(races::init_model(0, 2024, 0).empty()) << "n = 0, rank 0 is valid";
+  EXPECT_EQ(races::init_model(1, 2024, 3).size(), 1u) << "n = 1, rank 3 is valid";
+}
+
 TEST(HiddenRandomStreams, ShuffleRejectsANegativeRankForEveryN) {
   // races.hpp: "A negative rank throws std::invalid_argument, whatever n (0 and 1 included)."
   // n = 0 and n = 1 need no draw, and still the rank is checked.

@@ -99,6 +99,43 @@ TEST(HiddenTraffic, ZeroOverThreeReplicas) {
   step_traffic(grid_config(tiny_config(10, 4, 12), 1, 3, 2));
 }
 
+/// tp.hpp: row_parallel_forward makes "One all-reduce on `tp`", and the block's forward "exactly
+/// ONE built-in all-reduce of B x out", whatever B: a batch of 0 rows (a replica whose shard of the
+/// batch is empty) still makes its one call, with 0 elements. Counted as calls of built-in
+/// collectives, for TP sizes 2 and 3 (uneven hidden features).
+TEST(HiddenTraffic, EmptyBatchStillOneAllReduceInForward) {
+  const int in = 5, hidden = 7, out = 4;
+  for (int t : {2, 3}) {
+    run_ranks(test_options(t), [&] {
+      const tp::Range r = tp::shard_range(static_cast<std::size_t>(hidden), t, dist::rank());
+      const auto b = static_cast<Eigen::Index>(r.begin), n = static_cast<Eigen::Index>(r.size());
+      const std::string where = "tp " + std::to_string(t) + ", rank " +
+                                std::to_string(dist::rank()) + ", a batch of 0 rows";
+      const mlp::Matrix w2 = mlp::Matrix::Constant(out, hidden, 0.5f);
+      const mlp::Matrix a(0, n), x(0, in);
+      mlp::Matrix y;
+      std::uint64_t calls0 = dist::stats().builtin_collectives;
+      tp::row_parallel_forward(a, w2.middleCols(b, n), y, dist::world());
+      EXPECT_EQ(dist::stats().builtin_collectives - calls0, 1u)
+          << where << ": row_parallel_forward makes one all-reduce on tp";
+      EXPECT_EQ(y.rows(), 0) << where;
+      EXPECT_EQ(y.cols(), out) << where;
+
+      tp::Block blk;
+      blk.activation = mlp::Activation::Tanh;
+      blk.hidden = r;
+      blk.column.value = mlp::Matrix::Constant(hidden, in, 0.25f).middleRows(b, n);
+      blk.row.value = w2.middleCols(b, n);
+      calls0 = dist::stats().builtin_collectives;
+      const mlp::Matrix& got = tp::block_forward(blk, x, dist::world());
+      EXPECT_EQ(dist::stats().builtin_collectives - calls0, 1u)
+          << where << ": block_forward makes one all-reduce of B x out";
+      EXPECT_EQ(got.rows(), 0) << where;
+      EXPECT_EQ(got.cols(), out) << where;
+    });
+  }
+}
+
 /// layout.hpp: stage 1's step() reduce-scatters each parameter's padded gradient and all-gathers
 /// the weights; stage 2's hook reduce-scatters as soon as backward has written the gradient and
 /// step() all-gathers. Counted as calls of built-in collectives, for every DP size, one included
