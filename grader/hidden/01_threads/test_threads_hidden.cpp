@@ -436,6 +436,17 @@ int children_now() {
   return any ? n : -1;
 }
 
+// Stops and joins a watcher thread however the test leaves its scope: when the function under
+// test throws (a stub's "not implemented"), the failure is reported, not std::terminate.
+struct StopAndJoin {
+  std::atomic<bool>& done;
+  std::thread& watcher;
+  ~StopAndJoin() {
+    done.store(true);
+    if (watcher.joinable()) watcher.join();
+  }
+};
+
 TEST(HiddenProcesses, OneChildAtATime) {
   // "n processes, one after another": each child is forked, exits and is reaped before the next is
   // forked, so this process never has two children at once (zombies count: a child not yet
@@ -449,6 +460,7 @@ TEST(HiddenProcesses, OneChildAtATime) {
       if (n > most.load()) most.store(n);
     }
   });
+  const StopAndJoin stop{done, watcher};
   (void)threads::measure_creation_cost(300);
   done.store(true);
   watcher.join();
@@ -485,6 +497,7 @@ TEST(HiddenTrajectories, ComputedOnNWorkers) {
   std::thread watcher([&] {
     while (!done.load()) most.store(std::max(most.load(), threads_now()));
   });
+  const StopAndJoin stop{done, watcher};
   const auto got = threads::generate_trajectories(cfg, 4);
   done.store(true);
   watcher.join();

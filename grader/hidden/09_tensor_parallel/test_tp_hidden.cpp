@@ -136,6 +136,44 @@ TEST(HiddenTraffic, EmptyBatchStillOneAllReduceInForward) {
   }
 }
 
+/// layout.hpp: block_forward keeps "Matrix z; // column output before the activation" and
+/// "Matrix a; // after the activation" (B x hidden.size()) for block_backward. Weights of both
+/// signs, so z and a differ for tanh everywhere and for ReLU where z < 0; TP 2 and 3 (uneven).
+TEST(HiddenBlockState, ForwardKeepsZBeforeAndAAfterTheActivation) {
+  const int in = 5, hidden = 7, out = 3, rows = 4;
+  mlp::Matrix x(rows, in), w1(hidden, in), w2(out, hidden);
+  for (int i = 0; i < x.size(); ++i) x.data()[i] = 0.3f * static_cast<float>((i * 7) % 11 - 5);
+  for (int i = 0; i < w1.size(); ++i) w1.data()[i] = 0.1f * static_cast<float>((i * 5) % 13 - 6);
+  for (int i = 0; i < w2.size(); ++i) w2.data()[i] = 0.2f * static_cast<float>((i * 3) % 7 - 3);
+  for (int t : {2, 3}) {
+    for (mlp::Activation act : {mlp::Activation::Tanh, mlp::Activation::ReLU}) {
+      run_ranks(test_options(t), [&] {
+        const tp::Range r = tp::shard_range(static_cast<std::size_t>(hidden), t, dist::rank());
+        const auto b = static_cast<Eigen::Index>(r.begin), n = static_cast<Eigen::Index>(r.size());
+        const std::string where = "tp " + std::to_string(t) + ", rank " +
+                                  std::to_string(dist::rank()) + ", " + mlp::to_string(act);
+        tp::Block blk;
+        blk.activation = act;
+        blk.hidden = r;
+        blk.column.value = w1.middleRows(b, n);
+        blk.row.value = w2.middleCols(b, n);
+        (void)tp::block_forward(blk, x, dist::world());
+        const mlp::Matrix z = x * w1.middleRows(b, n).transpose();
+        const mlp::Matrix a = act == mlp::Activation::Tanh ? mlp::Matrix(z.array().tanh())
+                                                           : mlp::Matrix(z.array().max(0.0f));
+        ASSERT_EQ(blk.z.rows(), rows) << where << ": z is B x hidden.size()";
+        ASSERT_EQ(blk.z.cols(), n) << where << ": z is B x hidden.size()";
+        ASSERT_EQ(blk.a.rows(), rows) << where;
+        ASSERT_EQ(blk.a.cols(), n) << where;
+        EXPECT_LE((blk.z - z).cwiseAbs().maxCoeff(), 1e-5f)
+            << where << ": b.z must hold the column output before the activation";
+        EXPECT_LE((blk.a - a).cwiseAbs().maxCoeff(), 1e-5f)
+            << where << ": b.a must hold the activation of b.z";
+      });
+    }
+  }
+}
+
 /// layout.hpp: stage 1's step() reduce-scatters each parameter's padded gradient and all-gathers
 /// the weights; stage 2's hook reduce-scatters as soon as backward has written the gradient and
 /// step() all-gathers. Counted as calls of built-in collectives, for every DP size, one included
