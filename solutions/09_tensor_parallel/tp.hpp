@@ -21,8 +21,9 @@
 //
 // Communication budget, inside the TP group only: per block exactly ONE built-in all-reduce of
 // B x out in forward and ONE of B x in in backward, and none at all in the backward of the first
-// block (the gradient of the input data is never needed). Where in the block they belong is
-// Task 1 (docs/09_tensor_parallel.md: Megatron's block).
+// block (the gradient of the input data is never needed); no other collective call, no barrier
+// either (the tests count both). Where in the block they belong is Task 1
+// (docs/09_tensor_parallel.md: Megatron's block).
 //
 // Tasks (README.md): 1. the two layers and the block; 2. the grid of groups and the data-parallel
 // gradient average; 3. ZeRO stage 1 and 2 (the methods of ZeroOptimizer, declared in layout.hpp).

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distlab/todo.hpp"
@@ -397,13 +398,18 @@ TEST(HiddenMyDP, EachBucketsAllReduceMovesOnlyItsGradients) {
   // data_parallel.hpp: the hook starts dist::all_reduce_async (mean) on the bucket's buffer, which
   // holds "the bucket's gradients, flattened": the traffic of backward and finish_gradient_sync is
   // that of one all-reduce per bucket of exactly its parameters' floats (a buffer padded to the
-  // cap moves the padding too).
+  // cap moves the padding too). On one rank too: the hook starts the all-reduce whatever the world
+  // size (its call is counted; no byte moves).
   mlp::Config c = dptest::small_config();
   c.n_layers = 4;
   const mlp::MLP probe(c, 1);
   const std::size_t mid = (16 * 5 + 16 * 16) * sizeof(float) + 100;
-  for (std::size_t cap : {std::size_t{0}, mid, dp::kDefaultBucketCap}) {
-    SCOPED_TRACE("cap " + std::to_string(cap));
+  const std::vector<std::pair<std::size_t, int>> runs = {
+      {0, 3}, {mid, 3}, {dp::kDefaultBucketCap, 3}, {0, 1}, {mid, 1}};
+  for (const std::pair<std::size_t, int>& run : runs) {
+    const std::size_t cap = run.first;
+    const int p = run.second;
+    SCOPED_TRACE("cap " + std::to_string(cap) + ", " + std::to_string(p) + " ranks");
     const auto layout = dptest::expected_buckets(probe, cap);
     std::vector<std::size_t> counts;
     for (const auto& b : layout) {
@@ -412,11 +418,11 @@ TEST(HiddenMyDP, EachBucketsAllReduceMovesOnlyItsGradients) {
         k += static_cast<std::size_t>(probe.parameters()[static_cast<std::size_t>(i)]->numel());
       counts.push_back(k);
     }
-    const int p = 3;
-    std::vector<std::unique_ptr<mlp::MLP>> models(p);
-    std::vector<std::unique_ptr<dp::MyDP>> wrapped(p);
-    std::vector<mlp::Matrix> inputs(p), probs(p), dlogits(p);  // forward keeps a view of its input
-    std::vector<mlp::Labels> labels(p);
+    std::vector<std::unique_ptr<mlp::MLP>> models(static_cast<std::size_t>(p));
+    std::vector<std::unique_ptr<dp::MyDP>> wrapped(static_cast<std::size_t>(p));
+    std::vector<mlp::Matrix> inputs(static_cast<std::size_t>(p)), probs(inputs.size()),
+        dlogits(inputs.size());  // forward keeps a view of its input
+    std::vector<mlp::Labels> labels(inputs.size());
     const Traffic got = measure(
         p,
         [&] {

@@ -84,6 +84,7 @@ void step_traffic(const tp::TpConfig& c) {
     EXPECT_EQ(s.builtin_collectives, calls_expected)
         << "rank " << dist::rank() << ": one built-in all-reduce per block and direction on the "
         << "TP group, then one per gradient on the DP group (dp = " << c.dp << ")";
+    EXPECT_EQ(s.barriers, 0u) << "rank " << dist::rank() << ": a step calls no barrier";
   });
 }
 
@@ -115,9 +116,11 @@ TEST(HiddenTraffic, EmptyBatchStillOneAllReduceInForward) {
       const mlp::Matrix a(0, n), x(0, in);
       mlp::Matrix y;
       std::uint64_t calls0 = dist::stats().builtin_collectives;
+      const std::uint64_t barriers0 = dist::stats().barriers;
       tp::row_parallel_forward(a, w2.middleCols(b, n), y, dist::world());
       EXPECT_EQ(dist::stats().builtin_collectives - calls0, 1u)
           << where << ": row_parallel_forward makes one all-reduce on tp";
+      EXPECT_EQ(dist::stats().barriers - barriers0, 0u) << where << ": no barrier";
       EXPECT_EQ(y.rows(), 0) << where;
       EXPECT_EQ(y.cols(), out) << where;
 

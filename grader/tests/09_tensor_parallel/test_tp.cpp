@@ -337,6 +337,7 @@ void tp_traffic(int t, int d, int hidden) {
         << "forward: one all-reduce per block";
     EXPECT_EQ(s.bytes_sent, fwd_bytes) << "forward: one all-reduce of B x out per block";
     EXPECT_EQ(s.messages_sent, fwd_msgs) << "forward: one all-reduce of B x out per block";
+    EXPECT_EQ(s.barriers, 0u) << "forward: no barrier, only the blocks' all-reduces";
     for (int q = 0; q < dist::world_size(); ++q) {
       if (g.tp_group.group_rank(q) < 0) {
         EXPECT_EQ(s.bytes_sent_to[static_cast<std::size_t>(q)], 0u)
@@ -351,6 +352,7 @@ void tp_traffic(int t, int d, int hidden) {
         << "backward: one all-reduce per block but the first";
     EXPECT_EQ(s.bytes_sent, bwd_bytes) << "backward: one all-reduce of B x in per block";
     EXPECT_EQ(s.messages_sent, bwd_msgs) << "backward: one all-reduce of B x in per block";
+    EXPECT_EQ(s.barriers, 0u) << "backward: no barrier, only the blocks' all-reduces";
   });
 }
 
