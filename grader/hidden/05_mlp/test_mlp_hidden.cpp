@@ -118,6 +118,26 @@ TEST(HiddenSoftmax, VeryNegativeLogitsAndOneRow) {
   EXPECT_NEAR(d.sum(), 0.0f, 1e-6f);
 }
 
+TEST(HiddenSoftmax, TheLargeLogitInAnyColumn) {
+  // mlp.hpp: "subtract each row's maximum logit before exponentiating ..., so logits of 1000 do
+  // not overflow": the maximum of the whole row, wherever it sits (first, middle, last class).
+  const int C = 4;
+  for (int at = 0; at < C; ++at) {
+    Matrix z = Matrix::Zero(2, C);
+    z(0, at) = 1000.0f;
+    z(1, at) = 1000.0f;
+    const mlp::Labels y = {at, (at + 1) % C};  // the large logit's class, then another one
+    Matrix probs, d;
+    const float loss = mlp::softmax_cross_entropy_forward(z, y, probs);
+    ASSERT_TRUE(probs.allFinite()) << "the logit of 1000 in column " << at;
+    EXPECT_NEAR(probs(0, at), 1.0f, 1e-6f) << "column " << at;
+    // Row 0's loss is about 0 (its label holds the 1000), row 1's about 1000: the mean is 500.
+    EXPECT_NEAR(loss, 500.0f, 1e-3f) << "the logit of 1000 in column " << at;
+    mlp::softmax_cross_entropy_backward(probs, y, d);
+    EXPECT_TRUE(d.allFinite()) << "column " << at;
+  }
+}
+
 TEST(HiddenSoftmax, SmallLossesNextToLogitsOf1000AndALongBatchKeepTheirDigits) {
   // mlp.hpp: "so logits of 1000 do not overflow. Returns the mean loss"; hint: "Accumulate in
   // double so a large batch does not lose precision". A row {1000, 989} with label 0 has the loss
@@ -285,6 +305,18 @@ TEST(HiddenShapes, AnEmptyBatchResizesStaleOutputsToZeroRows) {
     EXPECT_EQ(got.rows(), 0) << c.name << " of a batch of 0 rows: the stale 4 x " << c.cols
                              << " output must be resized to 0 x " << c.cols;
     EXPECT_EQ(got.cols(), c.cols) << c.name;
+  }
+  // The weight gradient of a batch of 0 rows is the zero out x in matrix ("dw = d loss / d W (out
+  // x in, like W)"), written over a stale gradient of that shape and over one of the wrong shape.
+  for (const Matrix& stale :
+       {Matrix(Matrix::Constant(2, 5, nan)), Matrix(Matrix::Constant(3, 3, 7.0f))}) {
+    Matrix dw = stale;
+    mlp::linear_backward_weight(x, dy, dw);
+    ASSERT_EQ(dw.rows(), 2) << "linear_backward_weight of 0 rows, dw was " << stale.rows() << " x "
+                            << stale.cols();
+    ASSERT_EQ(dw.cols(), 5);
+    EXPECT_TRUE((dw.array() == 0.0f).all())
+        << "linear_backward_weight of a batch of 0 rows: dw must be all zeros, not the old values";
   }
 }
 
