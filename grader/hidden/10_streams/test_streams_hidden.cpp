@@ -293,6 +293,16 @@ TEST(HiddenAnalyze, TieBreaksOfSeveralRaces) {
                       {kernel("r3", 3, 1, {0}, {}), kernel("r2", 2, 1, {0}, {}),
                        kernel("r2b", 2, 1, {0}, {}), kernel("w", 0, 1, {}, {0})}),
               3, 2, 0);
+  // the last write, not an older one on a lower stream: s0 writes, s1 (ordered after it) writes
+  // again, and an unordered kernel on s2 writes, then (variant) reads: it races with s1's write
+  for (const bool reads : {false, true}) {
+    const std::vector<int> none, b0 = {0};
+    expect_race(program(3, 1, 1,
+                        {kernel("w0", 0, 1, {}, {0}), record(0, 0), wait_on(1, 0),
+                         kernel("w1", 1, 1, {}, {0}),
+                         kernel("x", 2, 1, reads ? b0 : none, reads ? none : b0)}),
+                4, 3, 0);
+  }
 }
 
 TEST(HiddenAnalyze, RecordAgainAndChainsOfEvents) {
