@@ -846,3 +846,73 @@ TEST(HiddenTrainStep, SpansAndBusySecondsAccumulateOverSteps) {
                        "zeroes the gradients, it does not clear the spans)";
   }
 }
+
+// README Task 9: "W (`backward_weight`, span `W<i>`, tb/2)" and cost_meter.hpp: "backward of layer
+// i = 2 x its forward", on microbatch i's own rows. In ZB-H1 a stage's W<i> can run after the
+// forward of a later, smaller microbatch (B = 10 in 4: 3, 3, 2, 2 rows), so each F<i>, B<i> and
+// W<i> span is checked against the cost model on microbatch i's rows, and the busy time against
+// their sum.
+TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
+  const int batch = 10;
+  const mlp::Config c = tiny_config(6, batch, mlp::Activation::ReLU);
+  const auto& data = data_for(c);
+  const mlp::Matrix x = data.train.x.topRows(batch);
+  const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + batch);
+  const pp::CostModel cost;
+  for (int p : {2, 3}) {
+    for (int m : {3, 4, 7}) {
+      std::mutex mu;
+      std::vector<std::string> failures;
+      distlab::testing::run_ranks(distlab::testing::test_options(p), [&] {
+        const int rank = dist::rank();
+        pp::Stage stage(c, c.seed + 2, rank, p, cost);
+        mlp::SGD opt(stage.parameters(), c.learning_rate);
+        const pp::Batch b{x, y, m};
+        (void)pp::train_step(stage, opt, b, Schedule::ZeroBubble);
+        const auto [begin, end] = expected_layers(c.n_layers, p, rank);
+        std::vector<double> tf(static_cast<std::size_t>(m), 0.0);
+        for (int i = 0; i < m; ++i) {
+          for (int l = begin; l < end; ++l)
+            tf[static_cast<std::size_t>(i)] +=
+                cost.forward_seconds(c, l, pp::shard_range(batch, m, i).size);
+        }
+        std::ostringstream bad;
+        int w_spans = 0;
+        double want_busy = 0;
+        for (const pp::Stage::Span& s : stage.spans()) {
+          if (s.name.size() < 2) continue;
+          const char kind = s.name[0];
+          if (kind != 'F' && kind != 'B' && kind != 'W') continue;
+          const int i = std::stoi(s.name.substr(1));
+          if (i < 0 || i >= m) {
+            bad << "span " << s.name << " names no microbatch; ";
+            continue;
+          }
+          // F: tf; B and W: tb/2 = tf each; all on microbatch i's rows.
+          const double want = tf[static_cast<std::size_t>(i)];
+          want_busy += want;
+          if (kind == 'W') ++w_spans;
+          if (std::abs((s.t1 - s.t0) - want) > 1e-9 * want) {
+            bad << "span " << s.name << " lasts " << (s.t1 - s.t0) * 1e9 << " ns, want "
+                << want * 1e9 << " ns (microbatch " << i << "'s "
+                << pp::shard_range(batch, m, i).size << " rows); ";
+          }
+        }
+        if (w_spans != m) bad << w_spans << " W spans, want " << m << "; ";
+        if (std::abs(stage.busy_seconds() - want_busy) > 1e-9 * want_busy)
+          bad << "busy_seconds() " << stage.busy_seconds() * 1e9 << " ns, want " << want_busy * 1e9
+              << " ns (F, B and W of every microbatch on its own rows)";
+        std::lock_guard<std::mutex> g(mu);
+        if (!bad.str().empty())
+          failures.push_back("zb: p=" + std::to_string(p) + ", m=" + std::to_string(m) +
+                             ", B=" + std::to_string(batch) + ", stage " + std::to_string(rank) +
+                             ": " + bad.str());
+      });
+      for (const std::string& f : failures)
+        ADD_FAILURE() << f
+                      << " (each of F<i>, B<i> and W<i> is charged for microbatch i's own rows: "
+                         "W has no dy, its rows are those of the microbatch's stash)";
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
