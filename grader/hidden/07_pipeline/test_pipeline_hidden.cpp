@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -650,6 +651,21 @@ std::string differs_from_sentinel(const mlp::Matrix& got) {
   return os.str();
 }
 
+/// Runs body on p ranks. Each rank returns what it found wrong (nothing: an empty list); every
+/// report becomes a test failure "<what>, stage <rank>: <report> (<why>)".
+void expect_no_report_on_any_rank(int p, const std::string& what, const std::string& why,
+                                  const std::function<std::vector<std::string>()>& body) {
+  std::mutex mu;
+  std::vector<std::string> failures;
+  distlab::testing::run_ranks(distlab::testing::test_options(p), [&] {
+    const std::vector<std::string> bad = body();
+    const std::string rank = std::to_string(dist::rank());
+    std::lock_guard<std::mutex> g(mu);
+    for (const std::string& b : bad) failures.push_back(what + ", stage " + rank + ": " + b);
+  });
+  for (const std::string& f : failures) ADD_FAILURE() << f << " (" << why << ")";
+}
+
 }  // namespace
 
 // pipeline.hpp: "a helper whose peer does not exist (sending forward from the last stage,
@@ -662,11 +678,11 @@ TEST(HiddenHelpers, WithoutAPeerLeaveTheMatrixAsItWasAndSendNothing) {
   const mlp::Config c = tiny_config(4, 8, mlp::Activation::Tanh);
   const int rows = 4;
   for (int p : {1, 2, 3}) {
-    std::mutex mu;
-    std::vector<std::string> failures;
-    distlab::testing::run_ranks(distlab::testing::test_options(p), [&] {
-      const int rank = dist::rank();
-      pp::Stage stage(c, c.seed + 2, rank, p);
+    const std::string why =
+        "a helper whose peer does not exist does nothing: it leaves the matrix, its shape "
+        "included, as it was";
+    expect_no_report_on_any_rank(p, "p=" + std::to_string(p), why, [&] {
+      pp::Stage stage(c, c.seed + 2, dist::rank(), p);
       std::vector<std::string> bad;
       const auto note = [&](const std::string& call, const mlp::Matrix& m) {
         const std::string d = differs_from_sentinel(m);
@@ -697,14 +713,8 @@ TEST(HiddenHelpers, WithoutAPeerLeaveTheMatrixAsItWasAndSendNothing) {
       if (s.messages_sent != 0 || s.messages_received != 0)
         bad.push_back("the helpers without a peer sent " + std::to_string(s.messages_sent) +
                       " and received " + std::to_string(s.messages_received) + " messages");
-      std::lock_guard<std::mutex> g(mu);
-      for (const std::string& b : bad)
-        failures.push_back("p=" + std::to_string(p) + ", stage " + std::to_string(rank) + ": " + b);
+      return bad;
     });
-    for (const std::string& f : failures)
-      ADD_FAILURE() << f
-                    << " (a helper whose peer does not exist does nothing: it leaves the "
-                       "matrix, its shape included, as it was)";
   }
 }
 
@@ -752,9 +762,12 @@ TEST(HiddenZB, RunOpsLeavesNoMessageInTheOutbox) {
   const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + 12);
   for (const bool interleaved : {false, true}) {
     const int p = interleaved ? 2 : 3, m = 4;
-    std::mutex mu;
-    std::vector<std::string> failures;
-    distlab::testing::run_ranks(distlab::testing::test_options(p), [&] {
+    const std::string what =
+        std::string(interleaved ? "interleaved" : "ZB-H1") + ", p=" + std::to_string(p);
+    const std::string why =
+        "every send has completed when run_ops returns, so no message is left in flight in the "
+        "StepState";
+    expect_no_report_on_any_rank(p, what, why, [&] {
       const int rank = dist::rank();
       std::vector<pp::Stage> chunks;
       if (interleaved) {
@@ -775,15 +788,8 @@ TEST(HiddenZB, RunOpsLeavesNoMessageInTheOutbox) {
                         std::to_string(st.outbox.size()) + " copies and st.sends " +
                         std::to_string(st.sends.size()) + " sends");
       }
-      std::lock_guard<std::mutex> g(mu);
-      for (const std::string& b : bad)
-        failures.push_back(std::string(interleaved ? "interleaved" : "ZB-H1") + ", p=" +
-                           std::to_string(p) + ", rank " + std::to_string(rank) + ": " + b);
+      return bad;
     });
-    for (const std::string& f : failures)
-      ADD_FAILURE() << f
-                    << " (every send has completed when run_ops returns, so no message is left in "
-                       "flight in the StepState)";
   }
 }
 
@@ -798,11 +804,11 @@ TEST(HiddenTrainStep, SpansAndBusySecondsAccumulateOverSteps) {
   const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + 12);
   const int p = 2, m = 3;
   for (Schedule s : {Schedule::Naive, Schedule::GPipe, Schedule::OneFOneB, Schedule::ZeroBubble}) {
-    std::mutex mu;
-    std::vector<std::string> failures;
-    distlab::testing::run_ranks(distlab::testing::test_options(p), [&] {
-      const int rank = dist::rank();
-      pp::Stage stage(c, c.seed + 2, rank, p);
+    const std::string why =
+        "spans() and busy_seconds() hold everything charged so far: train_step zeroes the "
+        "gradients, it does not clear the spans";
+    expect_no_report_on_any_rank(p, pp::to_string(s), why, [&]() -> std::vector<std::string> {
+      pp::Stage stage(c, c.seed + 2, dist::rank(), p);
       mlp::SGD opt(stage.parameters(), c.learning_rate);
       const pp::Batch batch{x, y, m};
       (void)pp::train_step(stage, opt, batch, s);
@@ -835,15 +841,9 @@ TEST(HiddenTrainStep, SpansAndBusySecondsAccumulateOverSteps) {
       if (std::abs(busy2 - 2 * busy1) > 1e-9 * busy1)
         bad << (bad.str().empty() ? "" : "; ") << "busy_seconds() " << busy2
             << " after two steps, want twice the first step's " << busy1;
-      std::lock_guard<std::mutex> g(mu);
-      if (!bad.str().empty())
-        failures.push_back(std::string(pp::to_string(s)) + ", stage " + std::to_string(rank) +
-                           ": " + bad.str());
+      if (bad.str().empty()) return {};
+      return {bad.str()};
     });
-    for (const std::string& f : failures)
-      ADD_FAILURE() << f
-                    << " (spans() and busy_seconds() hold everything charged so far: train_step "
-                       "zeroes the gradients, it does not clear the spans)";
   }
 }
 
@@ -861,9 +861,12 @@ TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
   const pp::CostModel cost;
   for (int p : {2, 3}) {
     for (int m : {3, 4, 7}) {
-      std::mutex mu;
-      std::vector<std::string> failures;
-      distlab::testing::run_ranks(distlab::testing::test_options(p), [&] {
+      const std::string what = "zb: p=" + std::to_string(p) + ", m=" + std::to_string(m) +
+                               ", B=" + std::to_string(batch);
+      const std::string why =
+          "each of F<i>, B<i> and W<i> is charged for microbatch i's own rows: W has no dy, its "
+          "rows are those of the microbatch's stash";
+      expect_no_report_on_any_rank(p, what, why, [&]() -> std::vector<std::string> {
         const int rank = dist::rank();
         pp::Stage stage(c, c.seed + 2, rank, p, cost);
         mlp::SGD opt(stage.parameters(), c.learning_rate);
@@ -902,16 +905,9 @@ TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
         if (std::abs(stage.busy_seconds() - want_busy) > 1e-9 * want_busy)
           bad << "busy_seconds() " << stage.busy_seconds() * 1e9 << " ns, want " << want_busy * 1e9
               << " ns (F, B and W of every microbatch on its own rows)";
-        std::lock_guard<std::mutex> g(mu);
-        if (!bad.str().empty())
-          failures.push_back("zb: p=" + std::to_string(p) + ", m=" + std::to_string(m) +
-                             ", B=" + std::to_string(batch) + ", stage " + std::to_string(rank) +
-                             ": " + bad.str());
+        if (bad.str().empty()) return {};
+        return {bad.str()};
       });
-      for (const std::string& f : failures)
-        ADD_FAILURE() << f
-                      << " (each of F<i>, B<i> and W<i> is charged for microbatch i's own rows: "
-                         "W has no dy, its rows are those of the microbatch's stash)";
       if (::testing::Test::HasFailure()) return;
     }
   }
