@@ -29,6 +29,7 @@
 #include <numeric>
 #include <set>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -436,33 +437,22 @@ int children_now() {
   return any ? n : -1;
 }
 
-// Stops and joins a watcher thread however the test leaves its scope: when the function under
-// test throws (a stub's "not implemented"), the failure is reported, not std::terminate.
-struct StopAndJoin {
-  std::atomic<bool>& done;
-  std::thread& watcher;
-  ~StopAndJoin() {
-    done.store(true);
-    if (watcher.joinable()) watcher.join();
-  }
-};
-
 TEST(HiddenProcesses, OneChildAtATime) {
   // "n processes, one after another": each child is forked, exits and is reaped before the next is
   // forked, so this process never has two children at once (zombies count: a child not yet
   // waitpid()ed is still a child). A watcher thread counts them while 300 are timed.
   if (children_now() < 0) GTEST_SKIP() << "/proc/self/task/*/children is not available here";
-  std::atomic<bool> done{false};
+  // A std::jthread: stopped and joined however the test leaves its scope, so a function under test
+  // that throws (a stub's "not implemented") is reported as a failure, not std::terminate.
   std::atomic<int> most{0};
-  std::thread watcher([&] {
-    while (!done.load()) {
+  std::jthread watcher([&](const std::stop_token& stop) {
+    while (!stop.stop_requested()) {
       const int n = children_now();
       if (n > most.load()) most.store(n);
     }
   });
-  const StopAndJoin stop{done, watcher};
   (void)threads::measure_creation_cost(300);
-  done.store(true);
+  watcher.request_stop();
   watcher.join();
   EXPECT_LE(most.load(), 1) << "measure_creation_cost had " << most.load()
                             << " children at once: fork, _exit and waitpid one process after "
@@ -492,14 +482,12 @@ TEST(HiddenTrajectories, ComputedOnNWorkers) {
   threads::OdeConfig cfg;
   cfg.n_trajectories = 2000;
   cfg.steps = 1000;
-  std::atomic<bool> done{false};
   std::atomic<int> most{0};
-  std::thread watcher([&] {
-    while (!done.load()) most.store(std::max(most.load(), threads_now()));
+  std::jthread watcher([&](const std::stop_token& stop) {  // stopped and joined on a throw too
+    while (!stop.stop_requested()) most.store(std::max(most.load(), threads_now()));
   });
-  const StopAndJoin stop{done, watcher};
   const auto got = threads::generate_trajectories(cfg, 4);
-  done.store(true);
+  watcher.request_stop();
   watcher.join();
   ASSERT_EQ(got.size(), cfg.n_trajectories * static_cast<std::size_t>(cfg.steps + 1));
   EXPECT_GE(most.load() - (before + 1), 4)
