@@ -104,11 +104,15 @@ class Fingerprints(unittest.TestCase):
         self.assertEqual(mutants.fingerprints(self.found, self.root), self.before)
 
     def test_a_module_edit_regrades_it_and_the_modules_built_on_it(self) -> None:
-        # 06_data_parallel builds on 05_mlp (prerequisites in grader/manifest.toml).
-        for path in ["solutions/05_mlp/mlp.cpp", "grader/tests/05_mlp/test.cpp", "grader/hidden/05_mlp/hidden.cpp",
-                     "grader/hints/05_mlp.toml", "solutions/05_mlp/new_file.hpp"]:
+        # 06_data_parallel builds on 05_mlp (prerequisites in grader/manifest.toml): 05's sources
+        # are built into 06's grade, 05's tests and hints are not.
+        for path in ["solutions/05_mlp/mlp.cpp", "solutions/05_mlp/new_file.hpp", "exercises/05_mlp/mlp.cpp"]:
             with self.subTest(path=path):
                 self.assertEqual(self.changed_by(path), {"05_mlp/b", "05_mlp/c", "06_data_parallel/d"})
+        for path in ["grader/tests/05_mlp/test.cpp", "grader/hidden/05_mlp/hidden.cpp", "grader/hints/05_mlp.toml",
+                     "grader/golden/05_mlp/out.txt"]:
+            with self.subTest(path=path):
+                self.assertEqual(self.changed_by(path), {"05_mlp/b", "05_mlp/c"})
         self.assertEqual(self.changed_by("solutions/06_data_parallel/dp.cpp"), {"06_data_parallel/d"})
         self.assertEqual(self.changed_by("solutions/01_threads/threads.cpp"), {"01_threads/a"})
 

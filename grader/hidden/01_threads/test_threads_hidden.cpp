@@ -419,6 +419,33 @@ TEST(HiddenProcesses, EveryChildIsReaped) {
   EXPECT_EQ(errno, ECHILD);
 }
 
+TEST(HiddenProcesses, TheCallersOtherChildIsLeftAlone) {
+  // "the parent waits for the child": for its own child, not for any child. The caller already
+  // has a child of its own that has exited (a zombie, not yet reaped) when it calls; a function that
+  // waits for "any child" reaps that one first and reports its exit status as the child's read.
+  for (const bool creation_cost : {false, true}) {
+    const pid_t other = fork();
+    ASSERT_GE(other, 0) << "fork failed";
+    if (other == 0) _exit(77);
+    siginfo_t info{};
+    ASSERT_EQ(waitid(P_PID, static_cast<id_t>(other), &info, WEXITED | WNOWAIT), 0);  // exited
+    if (creation_cost) {
+      const auto c = threads::measure_creation_cost(3);
+      EXPECT_EQ(c.n, 3);
+    } else {
+      const auto p = threads::write_in_child_process(3, 42);
+      EXPECT_EQ(p.writer_saw, 42) << "reported another child's exit status: wait for the pid that "
+                                     "fork returned, not for any child";
+      EXPECT_EQ(p.parent_saw, 3);
+    }
+    int status = 0;
+    EXPECT_EQ(waitpid(other, &status, 0), other)
+        << (creation_cost ? "measure_creation_cost" : "write_in_child_process")
+        << " reaped a child it did not fork: wait for the pid that fork returned";
+    if (WIFEXITED(status)) EXPECT_EQ(WEXITSTATUS(status), 77);
+  }
+}
+
 // The children of this process right now (zombies included), over all its threads, read from
 // /proc/self/task/<tid>/children; -1 where the kernel does not offer that file.
 int children_now() {

@@ -328,6 +328,69 @@ TEST(AllReduceButterfly, ValuesLarge) {
   check_all_reduce_values(collectives::all_reduce_butterfly, "all_reduce_butterfly", kWorldSizes,
                           kCounts);
 }
+// "in round k every rank exchanges its whole buffer with rank XOR 2^k and reduces": the rounds run
+// with partners at distance 1, 2, 4, ..., which fixes how the partial results are grouped. Inputs
+// of very different magnitudes make other groupings (the same partners, far ones first) differ in
+// the last bits, so every rank's result is compared bit for bit with the documented grouping.
+TEST(AllReduceButterfly, RoundOrderFixesTheGrouping) {
+  for (int p : {4, 5, 8}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Product}) {
+      const std::size_t n = 16;
+      const auto input = [&](int r, std::size_t i) {
+        const float small =
+            1.0f + 0.125f * static_cast<float>((5 * r + 3 * static_cast<int>(i)) % 11);
+        if (op == ReduceOp::Product)
+          return r % 2 == 1 ? 1.0f + small * 1e-7f * static_cast<float>(r) : small;
+        return (r % 2 == 0 ? 3.0e7f : -3.0e7f) * (1.0f + 1e-3f * static_cast<float>(r)) + small;
+      };
+      const auto combine = [&](float a, float b) {
+        return op == ReduceOp::Product ? a * b : a + b;
+      };
+      const auto grouped = [&](bool far_first) {
+        std::vector<float> out(n);
+        const int q = collectives::floor_pow2(p);
+        for (std::size_t i = 0; i < n; ++i) {
+          std::vector<float> v(static_cast<std::size_t>(p));
+          for (int r = 0; r < p; ++r) v[static_cast<std::size_t>(r)] = input(r, i);
+          for (int r = 0; r + q < p; ++r)
+            v[static_cast<std::size_t>(r)] =
+                combine(v[static_cast<std::size_t>(r)], v[static_cast<std::size_t>(r + q)]);
+          for (int k = 0; (1 << k) < q; ++k) {
+            const int mask = far_first ? q >> (k + 1) : 1 << k;
+            std::vector<float> next(v);
+            for (int r = 0; r < q; ++r)
+              next[static_cast<std::size_t>(r)] =
+                  combine(v[static_cast<std::size_t>(r)], v[static_cast<std::size_t>(r ^ mask)]);
+            v = next;
+          }
+          out[i] = v[0];
+        }
+        return out;
+      };
+      const std::vector<float> want = grouped(false);
+      if (op == ReduceOp::Sum) {
+        ASSERT_NE(want, grouped(true))
+            << "test bug: the inputs do not separate the groupings, p = " << p;
+      }
+      const std::string what = "world size " + std::to_string(p) + ", op " + dist::to_string(op) +
+                               ", inputs of very different magnitudes";
+      const bool ok =
+          run_case(what, "all_reduce_butterfly", p, [&](distlab::testing::RankLog& log) {
+            std::vector<float> got(n);
+            for (std::size_t i = 0; i < n; ++i) got[i] = input(dist::rank(), i);
+            collectives::all_reduce_butterfly(got, op);
+            expect_values(
+                log,
+                what +
+                    ": the result of the rounds with partners r XOR 1, r XOR 2, r XOR 4, ... "
+                    "in that order, bit for bit",
+                got, want);
+          });
+      if (!ok) return;
+    }
+  }
+}
+
 TEST(AllReduceRing, ValuesLarge) {
   check_all_reduce_values(collectives::all_reduce_ring, "all_reduce_ring", kWorldSizes, kCounts);
 }

@@ -227,6 +227,23 @@ TEST(HiddenReLU, BackwardIsZeroWhereTheInputIsNotPositiveWhateverTheGradient) {
   }
 }
 
+TEST(HiddenReLU, ForwardIsTheMaximumWithZeroForInfiniteInputs) {
+  // mlp.hpp: "y = max(x, 0), elementwise." -inf gives 0 and +inf gives +inf (x times a 0/1 mask
+  // gives -inf * 0 = NaN); every finite input too, both signs and zero.
+  const float inf = std::numeric_limits<float>::infinity();
+  Matrix x(2, 4), y;
+  x << -inf, inf, -2.5f, 0.0f,  //
+      3.0f, -inf, -1e-30f, 1e30f;
+  mlp::relu_forward(x, y);
+  ASSERT_EQ(y.rows(), 2);
+  ASSERT_EQ(y.cols(), 4);
+  for (Eigen::Index i = 0; i < x.size(); ++i) {
+    const float xi = x.data()[i], yi = y.data()[i];
+    EXPECT_EQ(yi, xi > 0.0f ? xi : 0.0f)
+        << "element " << i << " (x = " << xi << "): y = " << yi << ", want max(x, 0)";
+  }
+}
+
 TEST(HiddenShapes, OutputsOfTheRightSizeButTheWrongShapeTakeTheRightShape) {
   // Every building block, its output preallocated with as many elements as the result but the
   // transposed shape (and garbage in it): the result must have the documented shape and the values

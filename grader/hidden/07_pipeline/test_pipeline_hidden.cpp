@@ -852,7 +852,8 @@ TEST(HiddenTrainStep, SpansAndBusySecondsAccumulateOverSteps) {
 // forward of a later, smaller microbatch (B = 10 in 4: 3, 3, 2, 2 rows), so each F<i>, B<i> and
 // W<i> span is checked against the cost model on microbatch i's rows, and the busy time against
 // their sum.
-TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
+void each_span_charged_for_its_microbatchs_rows(Schedule schedule) {
+  const bool zb = schedule == Schedule::ZeroBubble;
   const int batch = 10;
   const mlp::Config c = tiny_config(6, batch, mlp::Activation::ReLU);
   const auto& data = data_for(c);
@@ -861,17 +862,19 @@ TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
   const pp::CostModel cost;
   for (int p : {2, 3}) {
     for (int m : {3, 4, 7}) {
-      const std::string what = "zb: p=" + std::to_string(p) + ", m=" + std::to_string(m) +
-                               ", B=" + std::to_string(batch);
+      const std::string what = std::string(pp::to_string(schedule)) + ": p=" + std::to_string(p) +
+                               ", m=" + std::to_string(m) + ", B=" + std::to_string(batch);
       const std::string why =
-          "each of F<i>, B<i> and W<i> is charged for microbatch i's own rows: W has no dy, its "
-          "rows are those of the microbatch's stash";
+          zb ? "each of F<i>, B<i> and W<i> is charged for microbatch i's own rows: W has no dy, "
+               "its rows are those of the microbatch's stash"
+             : "each F<i> and B<i> is charged for microbatch i's own rows (B: those of its dy), "
+               "not those of the microbatch this stage forwarded last";
       expect_no_report_on_any_rank(p, what, why, [&]() -> std::vector<std::string> {
         const int rank = dist::rank();
         pp::Stage stage(c, c.seed + 2, rank, p, cost);
         mlp::SGD opt(stage.parameters(), c.learning_rate);
         const pp::Batch b{x, y, m};
-        (void)pp::train_step(stage, opt, b, Schedule::ZeroBubble);
+        (void)pp::train_step(stage, opt, b, schedule);
         const auto [begin, end] = expected_layers(c.n_layers, p, rank);
         std::vector<double> tf(static_cast<std::size_t>(m), 0.0);
         for (int i = 0; i < m; ++i) {
@@ -891,8 +894,8 @@ TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
             bad << "span " << s.name << " names no microbatch; ";
             continue;
           }
-          // F: tf; B and W: tb/2 = tf each; all on microbatch i's rows.
-          const double want = tf[static_cast<std::size_t>(i)];
+          // F: tf; B and W: tb/2 = tf each (ZB); B without W: tb = 2 tf; all on microbatch i's rows.
+          const double want = tf[static_cast<std::size_t>(i)] * (!zb && kind == 'B' ? 2.0 : 1.0);
           want_busy += want;
           if (kind == 'W') ++w_spans;
           if (std::abs((s.t1 - s.t0) - want) > 1e-9 * want) {
@@ -901,7 +904,7 @@ TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
                 << pp::shard_range(batch, m, i).size << " rows); ";
           }
         }
-        if (w_spans != m) bad << w_spans << " W spans, want " << m << "; ";
+        if (w_spans != (zb ? m : 0)) bad << w_spans << " W spans, want " << (zb ? m : 0) << "; ";
         if (std::abs(stage.busy_seconds() - want_busy) > 1e-9 * want_busy)
           bad << "busy_seconds() " << stage.busy_seconds() * 1e9 << " ns, want " << want_busy * 1e9
               << " ns (F, B and W of every microbatch on its own rows)";
@@ -910,5 +913,20 @@ TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
       });
       if (::testing::Test::HasFailure()) return;
     }
+  }
+}
+
+TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
+  each_span_charged_for_its_microbatchs_rows(Schedule::ZeroBubble);
+}
+
+// The same for GPipe and 1F1B ("Charge this stage's forward / backward of `rows` rows"): with
+// microbatches of different sizes, a stage's B<i> often runs after the forward of another
+// microbatch (GPipe: after every forward; 1F1B: inner stages), and must still be charged for
+// microbatch i's rows.
+TEST(HiddenSimulatedTime, EachSpanChargedForItsMicrobatchsRowsUnevenMicrobatches) {
+  for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB}) {
+    each_span_charged_for_its_microbatchs_rows(s);
+    if (::testing::Test::HasFailure()) return;
   }
 }

@@ -177,6 +177,55 @@ TEST(HiddenBlockState, ForwardKeepsZBeforeAndAAfterTheActivation) {
   }
 }
 
+/// layout.hpp: "Written by block_backward: Matrix da, dz; // d loss / d a, d loss / d z
+/// (B x hidden.size())". Each rank's da is dy times its columns of the second weight, dz is da
+/// times the activation's derivative at z; written over stale matrices of another shape, with and
+/// without dx, at TP 2 and 3 (uneven).
+TEST(HiddenBlockState, BackwardWritesDaAndDz) {
+  const int in = 5, hidden = 7, out = 3, rows = 4;
+  mlp::Matrix x(rows, in), w1(hidden, in), w2(out, hidden), dy(rows, out);
+  for (int i = 0; i < x.size(); ++i) x.data()[i] = 0.3f * static_cast<float>((i * 7) % 11 - 5);
+  for (int i = 0; i < w1.size(); ++i) w1.data()[i] = 0.1f * static_cast<float>((i * 5) % 13 - 6);
+  for (int i = 0; i < w2.size(); ++i) w2.data()[i] = 0.2f * static_cast<float>((i * 3) % 7 - 3);
+  for (int i = 0; i < dy.size(); ++i) dy.data()[i] = 0.5f * static_cast<float>((i * 4) % 9 - 4);
+  for (int t : {2, 3}) {
+    for (mlp::Activation act : {mlp::Activation::Tanh, mlp::Activation::ReLU}) {
+      for (bool need_dx : {false, true}) {
+        run_ranks(test_options(t), [&] {
+          const tp::Range r = tp::shard_range(static_cast<std::size_t>(hidden), t, dist::rank());
+          const auto b = static_cast<Eigen::Index>(r.begin),
+                     n = static_cast<Eigen::Index>(r.size());
+          const std::string where = "tp " + std::to_string(t) + ", rank " +
+                                    std::to_string(dist::rank()) + ", " + mlp::to_string(act) +
+                                    (need_dx ? ", with dx" : ", without dx");
+          tp::Block blk;
+          blk.activation = act;
+          blk.hidden = r;
+          blk.column.value = w1.middleRows(b, n);
+          blk.row.value = w2.middleCols(b, n);
+          blk.da = mlp::Matrix::Constant(2, 9, 7.0f);  // stale, of another shape
+          blk.dz = mlp::Matrix::Constant(9, 2, -7.0f);
+          (void)tp::block_forward(blk, x, dist::world());
+          tp::block_backward(blk, dy, need_dx, dist::world());
+          const mlp::Matrix z = x * w1.middleRows(b, n).transpose();
+          const mlp::Matrix da = dy * w2.middleCols(b, n);
+          const mlp::Matrix dz = act == mlp::Activation::Tanh
+                                     ? mlp::Matrix(da.array() * (1.0f - z.array().tanh().square()))
+                                     : mlp::Matrix(da.array() * (z.array() > 0.0f).cast<float>());
+          ASSERT_EQ(blk.da.rows(), rows) << where << ": da is B x hidden.size()";
+          ASSERT_EQ(blk.da.cols(), n) << where << ": da is B x hidden.size()";
+          ASSERT_EQ(blk.dz.rows(), rows) << where << ": dz is B x hidden.size()";
+          ASSERT_EQ(blk.dz.cols(), n) << where << ": dz is B x hidden.size()";
+          EXPECT_LE((blk.da - da).cwiseAbs().maxCoeff(), 1e-5f)
+              << where << ": b.da must hold d loss / d a (this rank's columns)";
+          EXPECT_LE((blk.dz - dz).cwiseAbs().maxCoeff(), 1e-5f)
+              << where << ": b.dz must hold d loss / d z (this rank's columns)";
+        });
+      }
+    }
+  }
+}
+
 /// layout.hpp: stage 1's step() reduce-scatters each parameter's padded gradient and all-gathers
 /// the weights; stage 2's hook reduce-scatters as soon as backward has written the gradient and
 /// step() all-gathers. Counted as calls of built-in collectives, for every DP size, one included

@@ -492,7 +492,21 @@ TEST(HiddenAnalyze, HostOrderIdleAndBusyStreams) {
     return q;
   }();
   expect_race(busy_race, 4, 3, 0);
-  for (const Program* p : {&idle, &idle_event, &busy, &busy_race}) {
+  // "a query returns true when the event's work is done at the host's current clock", and then
+  // the host learns what it covers: at exactly the completion time too (w ends at 2 ms, the host's
+  // clock is 2 ms when it asks), so r on s1 is ordered after w.
+  const Program query_at_end =
+      program(2, 1, 1,
+              {kernel("w", 0, 2, {}, {0}), record(0, 0), host_op(OpKind::HostWork, 0, 2),
+               host_op(OpKind::Query, 0), kernel("r", 1, 1, {0}, {})});
+  const ProgramAnalysis qa = analyze(query_at_end);
+  EXPECT_EQ(qa.race.op, -1)
+      << "a query at exactly the event's completion time returns true and orders r after w\n"
+      << listing(query_at_end);
+  ASSERT_EQ(qa.answer.size(), query_at_end.ops.size()) << listing(query_at_end);
+  EXPECT_EQ(qa.answer[3], 1) << "the query at 2 ms of an event complete at 2 ms\n"
+                             << listing(query_at_end);
+  for (const Program* p : {&idle, &idle_event, &busy, &busy_race, &query_at_end}) {
     const std::string diff = analysis_mismatch(*p, analyze(*p), device_replay(*p), true, true);
     EXPECT_TRUE(diff.empty()) << diff;
   }

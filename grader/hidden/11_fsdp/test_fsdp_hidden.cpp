@@ -317,6 +317,55 @@ TEST(HiddenOrder, BackwardReleasesEachUnitBeforeTheNextGathers) {
   }
 }
 
+TEST(HiddenOrder, EachPassGathersOnlyItsOwnUnits) {
+  // fsdp.hpp: "backward's window does not reach into forward's and the reverse". forward() and
+  // backward() are called one at a time (the Trainer's parts, after a first whole step): when
+  // forward() returns it has gathered each unit once, 0 .. L-1, and holds no full weights
+  // (reshard_after_forward); backward() gathers each unit once more, L-1 .. 0, and holds none when
+  // it returns. A pass that gathers the next pass's first unit ahead shows here.
+  for (bool bf16 : {false, true}) {
+    for (int k : {1, 2}) {
+      TrainConfig c = config_of(k, true);
+      c.fsdp.bf16_comm = bf16;
+      const std::string what =
+          std::string(bf16 ? "bf16" : "fp32") + ", prefetch " + std::to_string(k);
+      const datasets::Split data = mlp::make_data(c.model);
+      distlab::testing::run_ranks(threads_options(2), [&] {
+        Trainer trainer(c, data);
+        (void)trainer.step(0);  // the batch is set; every buffer released
+        UnitBuffers& buffers = trainer.buffers();
+        const int units = trainer.model().num_units();
+        Fsdp fsdp(trainer.model(), trainer.shards(), buffers, trainer.compute(), trainer.comm(),
+                  c.fsdp);
+        const auto gathers = [&](bool reverse) {
+          std::vector<int> got, want;
+          for (const LogEntry& e : buffers.log())
+            if (e.kind == LogEntry::Gather) got.push_back(e.unit);
+          for (int u = 0; u < units; ++u) want.push_back(reverse ? units - 1 - u : u);
+          EXPECT_EQ(got, want) << what << ", rank " << dist::rank() << ": the "
+                               << (reverse ? "backward" : "forward")
+                               << " pass gathers each unit once, in its own order, and no unit "
+                                  "of the next pass";
+          for (int u = 0; u < units; ++u)
+            EXPECT_FALSE(buffers.holds_weights(u))
+                << what << ": unit " << u << "'s full weights are still held when "
+                << (reverse ? "backward" : "forward") << "() returns";
+        };
+        buffers.log().clear();
+        fsdp.forward();
+        gathers(false);
+        buffers.log().clear();
+        (void)trainer.model().launch_loss(trainer.compute());
+        fsdp.backward();
+        gathers(true);
+        fsdp.step();
+        dist::device::device_synchronize();
+      });
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 TEST(HiddenOrder, ForwardGathersStartAfterTheUnitLaunchedLast) {
   // fsdp.hpp: a gather starts only after the kernel of the unit launched last before it was issued
   // has ended (in forward, the previous unit's forward); only forward's first prefetch + 1 gathers

@@ -17,15 +17,18 @@ PATCH = "mutant.patch"
 # The record of caught mutants (grader/mutants/caught.json, committed with the kit): a mutant
 # caught before is graded again only when something its grade depends on has changed since. What
 # it depends on is taken broadly: every file of the kit except the other modules' own folders
-# (those of its prerequisites count), the documentation, the grader's unittests and its commands
-# other than this one; plus the compiler and CMake versions and the DISTLAB_* and compiler
-# variables of the environment. So an edit to one module's reference, tests or mutants regrades
-# that module's mutants (and those of the modules built on it), an edit to libdist/ or the grading
-# code regrades them all. The record is committed so that CI on a fresh clone grades only the
+# (of its prerequisites, the sources built into it count: their solutions/ and exercises/ folders;
+# their tests, hidden tests, reference outputs and hints are never built or run when this module
+# is graded), the documentation, the grader's unittests and its commands other than this one; plus
+# the compiler and CMake versions and the DISTLAB_* and compiler variables of the environment. So
+# an edit to one module's reference regrades that module's mutants and those of the modules built
+# on it, an edit to its tests or mutants regrades its own, an edit to libdist/ or the grading code
+# regrades them all. The record is committed so that CI on a fresh clone grades only the
 # mutants whose inputs changed since the last local self-test, plus a spot check (SPOT_CHECK).
 CAUGHT = ROOT / "grader" / "mutants" / "caught.json"
 MODULE_FOLDERS = ("solutions", "exercises", "grader/hidden", "grader/tests", "grader/golden", "grader/mutants")
 NOT_DEPENDED_ON = ("docs/", "grader/selftest/", ".ci/", "grader/pydistlab/commands/")
+PREREQUISITE_FOLDERS = ("solutions/", "exercises/")  # what a prerequisite adds to a module's build
 ENV_KEYS = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS")
 
 
@@ -81,8 +84,11 @@ def fingerprints(found: list[tuple[str, Path]], root: Path = ROOT) -> dict[str, 
         h = base.copy()
         for m in [*man.prerequisites_closure(name), name]:
             for path in owned.get(m, []):
-                if not path.startswith("grader/mutants/"):
-                    h.update(f"{path}\0{digest[path]}\n".encode())
+                if path.startswith("grader/mutants/"):
+                    continue
+                if m != name and not path.startswith(PREREQUISITE_FOLDERS):
+                    continue  # a prerequisite's tests, hidden tests, golden files and hints
+                h.update(f"{path}\0{digest[path]}\n".encode())
         for m, folder in found:
             if m == name:
                 mine = h.copy()
