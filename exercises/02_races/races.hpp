@@ -56,8 +56,9 @@ struct Account {
 /// the other: a deadlock. run_02_races shows it in a child process that it kills after a timeout.
 void transfer_deadlock_prone(Account& from, Account& to, long amount);
 
-/// TODO. Moves `amount` from `from` to `to` (balances may go negative) holding BOTH locks at
-/// once, so no one who holds both locks ever sees the money in neither or both accounts, and
+/// TODO. Moves `amount` from `from` to `to` (any amount: negative, zero or beyond an int's range;
+/// balances may go negative) holding BOTH locks at once, so no one who holds both locks ever sees
+/// the money in neither or both accounts, and
 /// without ever deadlocking, whatever other threads transfer in which direction. Lock with
 /// std::scoped_lock (it takes several mutexes and avoids deadlock), or always lock the account
 /// with the smaller id first. A transfer from an account to itself changes nothing (and must not

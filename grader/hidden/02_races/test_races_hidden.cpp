@@ -103,6 +103,35 @@ TEST(HiddenLockOrdering, ThreeAccountCycleNeverDeadlocks) {
                                      : r.message);
 }
 
+TEST(HiddenLockOrdering, AnyAmountMovesWhole) {
+  // races.hpp: "Moves `amount` from `from` to `to` (any amount: negative, zero or beyond an int's
+  // range; balances may go negative)". One thread, so nothing else can explain a wrong balance.
+  const auto r = run_in_child(
+      [] {
+        races::Account a(1, 10), b(2, -10);
+        const long big = 5'000'000'123L;  // beyond an int
+        std::string bad;
+        const auto expect = [&](long want_a, long want_b, const std::string& what) {
+          if (bad.empty() && (a.balance != want_a || b.balance != want_b))
+            bad = "after " + what + ": balances " + std::to_string(a.balance) + " and " +
+                  std::to_string(b.balance) + ", expected " + std::to_string(want_a) + " and " +
+                  std::to_string(want_b);
+        };
+        races::transfer(a, b, big);
+        expect(10 - big, -10 + big, "transfer(a, b, 5000000123)");
+        races::transfer(a, b, -7);
+        expect(10 - big + 7, -10 + big - 7, "transfer(a, b, -7)");
+        races::transfer(b, a, 0);
+        expect(10 - big + 7, -10 + big - 7, "transfer(b, a, 0)");
+        races::transfer(b, a, big - 7);
+        expect(10, -10, "transfer(b, a, 4999999116)");
+        return bad;
+      },
+      10.0);
+  ASSERT_TRUE(r.finished) << "transfer did not return within 10 s";
+  EXPECT_EQ(r.message, "ok") << (r.message.empty() ? "the child crashed" : r.message);
+}
+
 TEST(HiddenLockOrdering, TransferToItselfWhileOthersTransfer) {
   const auto r = run_in_child(
       [] {

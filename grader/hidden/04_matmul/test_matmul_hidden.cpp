@@ -210,6 +210,43 @@ TEST_P(HiddenValues, OtherRanksInputsAreIgnored) {
   EXPECT_TRUE(result_ok(got, A * B));
 }
 
+// Calls of one launch with new operands of the same shapes each time: "rank 0 returns exactly
+// Eigen's A * B" of this call's A and B, so nothing packed, scattered or computed for an earlier
+// call may be reused (the same shapes are where a cache keyed by the shapes would hit).
+TEST_P(HiddenValues, NewOperandsOfTheSameShapesEachCall) {
+  const Strategy s = GetParam();
+  const int p = s == Strategy::Blocks2D ? 4 : 3;
+  const int calls = 3;
+  std::vector<Eigen::MatrixXf> as, bs, got(static_cast<std::size_t>(calls));
+  for (int c = 0; c < calls; ++c) {
+    as.push_back(int_matrix(7, 5, 3100 + 10 * static_cast<unsigned>(c)));
+    bs.push_back(int_matrix(5, 6, 3105 + 10 * static_cast<unsigned>(c)));
+  }
+  std::string error;
+  try {
+    dist::launch(test_options(p), [&] {
+      for (int c = 0; c < calls; ++c) {
+        const auto uc = static_cast<std::size_t>(c);
+        Eigen::MatrixXf C = dist::rank() == 0 ? fn_of(s)(as[uc], bs[uc])
+                                              : fn_of(s)(Eigen::MatrixXf(), Eigen::MatrixXf());
+        if (dist::rank() == 0) got[uc] = std::move(C);
+      }
+    });
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  ASSERT_EQ(error, "") << "the launch failed";
+  for (int c = 0; c < calls; ++c) {
+    const auto uc = static_cast<std::size_t>(c);
+    const Eigen::MatrixXf want = as[uc] * bs[uc];
+    ASSERT_EQ(got[uc].rows(), want.rows()) << "call " << c;
+    ASSERT_EQ(got[uc].cols(), want.cols()) << "call " << c;
+    EXPECT_EQ(got[uc], want) << "call " << c
+                             << " of 3 in one launch, new A and B of the same shapes each time: "
+                                "rank 0 must return this call's A * B";
+  }
+}
+
 // Larger real-valued products (|C - A*B| <= 1e-6 k).
 TEST_P(HiddenValues, LargeRealValued) {
   struct Case {

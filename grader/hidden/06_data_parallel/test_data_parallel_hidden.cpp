@@ -181,6 +181,42 @@ TEST(HiddenMyDP, MidCapBucketsTrainCorrectly) {
   for (const auto& f : log.failures()) ADD_FAILURE() << f;
 }
 
+TEST(HiddenMyDP, BucketLayoutForCapsAroundEachParametersSize) {
+  // data_parallel.hpp: "a bucket takes parameters while its size in bytes stays <=
+  // bucket_cap_bytes; a parameter that does not fit starts the next bucket". Caps one float below,
+  // at and one float above each parameter's size, on 4 layers whose weights in reverse order are
+  // 80, 256, 256 and 64 floats: a parameter larger than the cap is followed by one that fits the
+  // cap alone, and still starts a new bucket (the oversized one fills its bucket).
+  mlp::Config c = dptest::small_config();
+  c.n_layers = 4;
+  c.dim_in = 4;
+const mlp::MLP probe(c, 1);
+  std::vector<std::size_t> caps;
+  for (const mlp::Parameter* q : probe.parameters()) {
+    const auto bytes = static_cast<std::size_t>(q->numel()) * sizeof(float);
+    for (std::size_t cap : {bytes - sizeof(float), bytes, bytes + sizeof(float)})
+      caps.push_back(cap);
+  }
+  for (std::size_t cap : caps) {
+    const auto want = dptest::expected_buckets(probe, cap);
+    std::mutex mu;
+    std::vector<std::vector<std::vector<int>>> got(2);
+    distlab::testing::run_ranks(2, [&] {
+      mlp::MLP model(c, 60 + static_cast<std::uint64_t>(dist::rank()));
+      dp::MyDP wrapped(model, cap);
+      std::lock_guard<std::mutex> g(mu);
+      got[static_cast<std::size_t>(dist::rank())] = wrapped.bucket_layout();
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(got[static_cast<std::size_t>(r)], want)
+          << "rank " << r << ", bucket_cap_bytes " << cap
+          << ": a bucket holds parameters while its bytes stay <= the cap; a parameter that does "
+             "not fit (also after a parameter larger than the cap) starts the next bucket";
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 TEST(HiddenCloseness, TheToleranceScalesWithTheLargerOfTheTwoValues) {
   // rtol 0.1, rank 0 holds 1.0 and rank 2 a larger value: 1.11 is close (0.11 <= 0.1 x 1.11),
   // 1.12 is not (0.12 > 0.112); relative to rank 0's value alone 1.11 would not be close.
@@ -214,13 +250,18 @@ TEST(HiddenCloseness, EqualReplicasAreCloseWithZeroWeightsAndZeroTolerance) {
   // is 0 on every rank, or rtol = 0, still leaves identical replicas close (a strict < does not).
   // Both sides: with rtol = 0 the smallest difference is not close.
   std::mutex mu;
-  std::vector<int> zero_weight(3, -1), zero_rtol(3, -1), zero_rtol_perturbed(3, -1);
+  std::vector<int> zero_weight(3, -1), zero_rtol(3, -1), zero_rtol_perturbed(3, -1),
+      zero_signed(3, -1);
   distlab::testing::run_ranks(3, [&] {
     mlp::MLP model(dptest::small_config(), 5);
     model.parameters()[0]->value(0, 0) = 0.0f;
     model.parameters()[1]->value.row(1).setZero();
     const bool a = dp::check_parameter_closeness(model, 1e-5f);
     const bool b = dp::check_parameter_closeness(model, 0.0f);
+    // -0.0 on rank 1 where rank 0 holds +0.0: |x_r - x_0| = 0 <= 0, close with rtol 0 too
+    if (dist::rank() == 1) model.parameters()[1]->value(1, 3) = -0.0f;
+    const bool signed_zero = dp::check_parameter_closeness(model, 0.0f);
+    if (dist::rank() == 1) model.parameters()[1]->value(1, 3) = 0.0f;
     if (dist::rank() == 2) {
       float& w = model.parameters()[1]->value(2, 2);
       w = std::nextafter(w, 2.0f * w);
@@ -229,6 +270,7 @@ TEST(HiddenCloseness, EqualReplicasAreCloseWithZeroWeightsAndZeroTolerance) {
     std::lock_guard<std::mutex> g(mu);
     zero_weight[static_cast<std::size_t>(dist::rank())] = a;
     zero_rtol[static_cast<std::size_t>(dist::rank())] = b;
+    zero_signed[static_cast<std::size_t>(dist::rank())] = signed_zero;
     zero_rtol_perturbed[static_cast<std::size_t>(dist::rank())] = c;
   });
   for (int r = 0; r < 3; ++r) {
@@ -236,6 +278,8 @@ TEST(HiddenCloseness, EqualReplicasAreCloseWithZeroWeightsAndZeroTolerance) {
     EXPECT_EQ(zero_weight[k], 1) << "rank " << r << ": identical replicas with some weights 0, "
                                  << "rtol 1e-5 (|0 - 0| <= rtol * 0 holds)";
     EXPECT_EQ(zero_rtol[k], 1) << "rank " << r << ": identical replicas, rtol 0";
+    EXPECT_EQ(zero_signed[k], 1) << "rank " << r << ": -0.0 on rank 1 where rank 0 holds +0.0, "
+                                 << "rtol 0: |-0 - 0| = 0 <= 0, close (values compared, not bits)";
     EXPECT_EQ(zero_rtol_perturbed[k], 0)
         << "rank " << r << ": rank 2 differs by one ulp in one weight, rtol 0";
   }
@@ -896,7 +940,9 @@ TEST(HiddenCloseness, TheSameNaNOnEveryRankIsNeverClose) {
         float& w = model.parameters()[1]->value(1, 2);
         if (c.holds(dist::rank())) w = nan;
         const std::uint32_t b = std::bit_cast<std::uint32_t>(w);
-        const bool ok = dp::check_parameter_closeness(model, 1e-3f);
+        // rtol 1e-3 and 0 (no tolerance is no reason to compare bits)
+        const bool ok = dp::check_parameter_closeness(model, 1e-3f) ||
+                        dp::check_parameter_closeness(model, 0.0f);
         std::lock_guard<std::mutex> g(mu);
         answers[static_cast<std::size_t>(dist::rank())] = ok;
         bits[static_cast<std::size_t>(dist::rank())] = b;
@@ -910,6 +956,7 @@ TEST(HiddenCloseness, TheSameNaNOnEveryRankIsNeverClose) {
         EXPECT_EQ(answers[static_cast<std::size_t>(r)], 0)
             << "world size " << p << ", rank " << r << ": " << c.who
             << " holds the same NaN (the same bits) in one weight, yet the replicas were reported "
+            << "close (rtol 1e-3 or 0): "
             << "close: |x_r - x_0| <= rtol * max(|x_r|, |x_0|) is false for a NaN, even when "
             << "every rank holds the very same bits";
       }

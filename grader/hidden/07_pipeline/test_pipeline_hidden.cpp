@@ -418,6 +418,56 @@ TEST(HiddenZB, RunOpsLastStageBTakesTheOldestQueuedLossGradient) {
   }
 }
 
+// pipeline.hpp: "Stage 0 takes the microbatch's rows of batch.x into st.x" (StepState::x: "the
+// input of the microbatch being forwarded (received or sliced)"). One stage, B = 10 in m = 3
+// uneven microbatches: after each forward_step st.x holds exactly that microbatch's rows.
+TEST(HiddenValues, FirstStageSlicesTheMicrobatchIntoStX) {
+  const int batch = 10, m = 3;
+  const mlp::Config c = tiny_config(3, batch, mlp::Activation::Tanh);
+  const auto& data = data_for(c);
+  const mlp::Matrix x = data.train.x.topRows(batch);
+  const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + batch);
+  pp::Stage stage(c, c.seed + 2, 0, 1);
+  const pp::Batch b{x, y, m};
+  pp::StepState st;
+  for (int i = 0; i < m; ++i) {
+    (void)pp::forward_step(stage, b, i, st);
+    const pp::Range r = pp::shard_range(batch, m, i);
+    ASSERT_EQ(st.x.rows(), r.size) << "microbatch " << i << ": st.x holds its rows";
+    ASSERT_EQ(st.x.cols(), x.cols()) << "microbatch " << i;
+    EXPECT_EQ(st.x, x.middleRows(r.begin, r.size))
+        << "microbatch " << i << ": after forward_step on stage 0, st.x holds rows [" << r.begin
+        << ", " << r.begin + r.size << ") of batch.x";
+  }
+}
+
+TEST(HiddenZB, AFailedBDoesNotAllowAW) {
+  // "W before the microbatch's B throws std::logic_error": a B that threw (no stash: the
+  // microbatch was not forwarded yet) is no B, so after the forward a W still throws, and the B
+  // that follows then W work as usual.
+  const mlp::Config c = tiny_config(4, 8, mlp::Activation::Tanh);
+  const auto& data = data_for(c);
+  const mlp::Matrix x = data.train.x.topRows(8);
+  const mlp::Labels y(data.train.y.begin(), data.train.y.begin() + 8);
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recomputation on" : "recomputation off");
+    pp::Stage stage(c, c.seed + 2, 0, 1);
+    stage.set_recompute(recompute);
+    mlp::Matrix probs, dlogits, dx;
+    const mlp::Matrix dy = mlp::Matrix::Constant(8, c.n_classes, 0.125f);
+    EXPECT_THROW(stage.backward_input(dy, 0, dx), std::logic_error)
+        << "B of microbatch 0 before its forward (nothing stashed)";
+    mlp::softmax_cross_entropy_forward(stage.forward(x, 0), y, probs);
+    EXPECT_THROW(stage.backward_weight(0), std::logic_error)
+        << "W of microbatch 0 after a B that threw and its forward: no B has run";
+    mlp::softmax_cross_entropy_backward(probs, y, dlogits);
+    stage.backward_input(dlogits, 0, dx);
+    EXPECT_NO_THROW(stage.backward_weight(0)) << "W of microbatch 0 after its B";
+    EXPECT_EQ(stage.meter().microbatches(), 0) << "the W released the stash";
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 TEST(HiddenZB, WBeforeItsBThrowsInEveryStep) {
   // "W before the microbatch's B throws std::logic_error", also in a second step, where the
   // microbatch numbers start again at 0 (each microbatch's B allows exactly one W).
@@ -852,7 +902,7 @@ TEST(HiddenTrainStep, SpansAndBusySecondsAccumulateOverSteps) {
 // forward of a later, smaller microbatch (B = 10 in 4: 3, 3, 2, 2 rows), so each F<i>, B<i> and
 // W<i> span is checked against the cost model on microbatch i's rows, and the busy time against
 // their sum.
-void each_span_charged_for_its_microbatchs_rows(Schedule schedule) {
+void each_span_charged_for_its_microbatchs_rows(Schedule schedule, bool recompute = false) {
   const bool zb = schedule == Schedule::ZeroBubble;
   const int batch = 10;
   const mlp::Config c = tiny_config(6, batch, mlp::Activation::ReLU);
@@ -863,7 +913,8 @@ void each_span_charged_for_its_microbatchs_rows(Schedule schedule) {
   for (int p : {2, 3}) {
     for (int m : {3, 4, 7}) {
       const std::string what = std::string(pp::to_string(schedule)) + ": p=" + std::to_string(p) +
-                               ", m=" + std::to_string(m) + ", B=" + std::to_string(batch);
+                               ", m=" + std::to_string(m) + ", B=" + std::to_string(batch) +
+                               (recompute ? ", recompute on" : "");
       const std::string why =
           zb ? "each of F<i>, B<i> and W<i> is charged for microbatch i's own rows: W has no dy, "
                "its rows are those of the microbatch's stash"
@@ -872,6 +923,7 @@ void each_span_charged_for_its_microbatchs_rows(Schedule schedule) {
       expect_no_report_on_any_rank(p, what, why, [&]() -> std::vector<std::string> {
         const int rank = dist::rank();
         pp::Stage stage(c, c.seed + 2, rank, p, cost);
+        stage.set_recompute(recompute);
         mlp::SGD opt(stage.parameters(), c.learning_rate);
         const pp::Batch b{x, y, m};
         (void)pp::train_step(stage, opt, b, schedule);
@@ -883,12 +935,12 @@ void each_span_charged_for_its_microbatchs_rows(Schedule schedule) {
                 cost.forward_seconds(c, l, pp::shard_range(batch, m, i).size);
         }
         std::ostringstream bad;
-        int w_spans = 0;
+        int w_spans = 0, r_spans = 0;
         double want_busy = 0;
         for (const pp::Stage::Span& s : stage.spans()) {
           if (s.name.size() < 2) continue;
           const char kind = s.name[0];
-          if (kind != 'F' && kind != 'B' && kind != 'W') continue;
+          if (kind != 'F' && kind != 'B' && kind != 'W' && kind != 'R') continue;
           const int i = std::stoi(s.name.substr(1));
           if (i < 0 || i >= m) {
             bad << "span " << s.name << " names no microbatch; ";
@@ -898,6 +950,7 @@ void each_span_charged_for_its_microbatchs_rows(Schedule schedule) {
           const double want = tf[static_cast<std::size_t>(i)] * (!zb && kind == 'B' ? 2.0 : 1.0);
           want_busy += want;
           if (kind == 'W') ++w_spans;
+          if (kind == 'R') ++r_spans;  // a recomputed forward: a forward's time
           if (std::abs((s.t1 - s.t0) - want) > 1e-9 * want) {
             bad << "span " << s.name << " lasts " << (s.t1 - s.t0) * 1e9 << " ns, want "
                 << want * 1e9 << " ns (microbatch " << i << "'s "
@@ -905,6 +958,8 @@ void each_span_charged_for_its_microbatchs_rows(Schedule schedule) {
           }
         }
         if (w_spans != (zb ? m : 0)) bad << w_spans << " W spans, want " << (zb ? m : 0) << "; ";
+        if (r_spans != (recompute ? m : 0))
+          bad << r_spans << " R spans, want " << (recompute ? m : 0) << "; ";
         if (std::abs(stage.busy_seconds() - want_busy) > 1e-9 * want_busy)
           bad << "busy_seconds() " << stage.busy_seconds() * 1e9 << " ns, want " << want_busy * 1e9
               << " ns (F, B and W of every microbatch on its own rows)";
@@ -918,6 +973,15 @@ void each_span_charged_for_its_microbatchs_rows(Schedule schedule) {
 
 TEST(HiddenZB, EachSpanChargedForItsMicrobatchsRows) {
   each_span_charged_for_its_microbatchs_rows(Schedule::ZeroBubble);
+}
+
+// With recomputation the R<i> span of each backward is a forward of microbatch i's rows too
+// (README Task 8: "span `R<i>`, a forward's time"), for every schedule with uneven microbatches.
+TEST(HiddenRecompute, EachSpanChargedForItsMicrobatchsRowsUnevenMicrobatches) {
+  for (Schedule s : {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZeroBubble}) {
+    each_span_charged_for_its_microbatchs_rows(s, true);
+    if (::testing::Test::HasFailure()) return;
+  }
 }
 
 // The same for GPipe and 1F1B ("Charge this stage's forward / backward of `rows` rows"): with

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -251,6 +252,18 @@ TEST(HiddenSsp, AWorkerBehindTheGivenSlowestIsNotAhead) {
   EXPECT_TRUE(ps::ssp_may_proceed(5, 9, 3)) << "4 behind with staleness 3";
   EXPECT_TRUE(ps::ssp_may_proceed(2, 5, 3)) << "3 behind with staleness 3";
   EXPECT_FALSE(ps::ssp_may_proceed(9, 5, 3)) << "4 ahead with staleness 3";
+}
+
+TEST(HiddenSsp, TheLargestBoundsAllowEveryLead) {
+  // "Yes when it is at most `staleness` pushes ahead": with the largest bound an int holds, every
+  // lead a run can reach is allowed (a bound added to the slowest count overflows there).
+  const int most = std::numeric_limits<int>::max();
+  EXPECT_TRUE(ps::ssp_may_proceed(5, 3, most)) << "2 ahead with staleness INT_MAX";
+  EXPECT_TRUE(ps::ssp_may_proceed(1000, 0, most)) << "1000 ahead with staleness INT_MAX";
+  EXPECT_TRUE(ps::ssp_may_proceed(most, 0, most)) << "INT_MAX ahead with staleness INT_MAX";
+  EXPECT_TRUE(ps::ssp_may_proceed(7, 7, most - 1)) << "level with staleness INT_MAX - 1";
+  EXPECT_FALSE(ps::ssp_may_proceed(most, 0, most - 1))
+      << "INT_MAX ahead with staleness INT_MAX - 1";
 }
 
 TEST(HiddenSsp, AnUnreachableBoundIsAsync) {

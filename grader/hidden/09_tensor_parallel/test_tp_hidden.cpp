@@ -206,7 +206,12 @@ TEST(HiddenBlockState, BackwardWritesDaAndDz) {
           blk.da = mlp::Matrix::Constant(2, 9, 7.0f);  // stale, of another shape
           blk.dz = mlp::Matrix::Constant(9, 2, -7.0f);
           (void)tp::block_forward(blk, x, dist::world());
+          blk.dx = mlp::Matrix::Constant(3, 2, 9.0f);  // left alone without need_dx
           tp::block_backward(blk, dy, need_dx, dist::world());
+          if (!need_dx) {
+            EXPECT_EQ(blk.dx, mlp::Matrix::Constant(3, 2, 9.0f))
+                << where << ": b.dx is written only when asked for (need_dx)";
+          }
           const mlp::Matrix z = x * w1.middleRows(b, n).transpose();
           const mlp::Matrix da = dy * w2.middleCols(b, n);
           const mlp::Matrix dz = act == mlp::Activation::Tanh
@@ -461,6 +466,43 @@ TEST(HiddenMemory, ScratchIsTheLargestWhenParametersGrowAlongTheList) {
 /// gradient chunks again), two backwards (hooks run twice) before one step(). Adam's t shows in
 /// steps() and in the bias correction: the weights after each step are compared with unsharded
 /// Adam (given) fed the same mean gradients step by step.
+/// layout.hpp: ZeroOptimizer "applies Adam (AdamConfig)": every field of the config, none of them
+/// the default (eps of the gradients' size, so a fixed eps shows), against the given unsharded
+/// Adam with the same config fed the same mean gradients, 3 steps, dp 1 to 3, both stages.
+TEST(HiddenZeroSteps, EveryAdamSettingIsUsed) {
+  tp::AdamConfig cfg;
+  cfg.learning_rate = 0.03f;
+  cfg.beta1 = 0.6f;
+  cfg.beta2 = 0.8f;
+  cfg.eps = 0.05f;
+  for (int dp : {1, 2, 3}) {
+    run_ranks(test_options(dp), [&] {
+      for (int stage : {1, 2}) {
+        const std::string where = "dp " + std::to_string(dp) + ", stage " + std::to_string(stage) +
+                                  ", AdamConfig{0.03, 0.6, 0.8, eps 0.05}";
+        mlp::Parameter p, ref_p;
+        p.value = mlp::Matrix::Constant(2, 5, 0.5f);
+        ref_p.value = p.value;
+        tp::ZeroOptimizer z({&p}, cfg, dist::world(), stage);
+        tp::Adam ref({&ref_p}, cfg);
+        for (int t = 1; t <= 3; ++t) {
+          const float scale = 0.1f * static_cast<float>(t);
+          p.grad = mlp::Matrix::Constant(2, 5, scale * static_cast<float>(dist::rank() + 1));
+          p.run_hooks();
+          ref_p.grad = mlp::Matrix::Constant(2, 5, scale * static_cast<float>(dp + 1) / 2.0f);
+          z.step();
+          ref.step();
+          for (int k = 0; k < 10; ++k) {
+            EXPECT_NEAR(p.value.data()[k], ref_p.value.data()[k], 1e-6f)
+                << where << ", step " << t << ", weight " << k;
+          }
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    });
+  }
+}
+
 TEST(HiddenZeroSteps, CounterCountsCallsOfStep) {
   for (int dp : {1, 2, 3}) {
     run_ranks(test_options(dp), [&] {

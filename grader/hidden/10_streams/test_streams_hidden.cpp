@@ -327,6 +327,13 @@ TEST(HiddenAnalyze, RecordAgainAndChainsOfEvents) {
                        host_op(OpKind::SyncStream, 2), kernel("ok", 0, 1, {0}, {}),
                        kernel("w", 1, 1, {}, {1}), kernel("bad", 0, 1, {1}, {})}),
               6, 5, 1);
+  // the same through a synchronize of an event recorded on that third stream after it waited:
+  // the record captured what s2 had learnt from e0 (produce on s1), so the host learns it too
+  expect_race(program(3, 2, 2,
+                      {kernel("produce", 1, 2, {}, {0}), record(0, 1), wait_on(2, 0), record(1, 2),
+                       host_op(OpKind::SyncEvent, 1), kernel("ok", 0, 1, {0}, {}),
+                       kernel("w", 1, 1, {}, {1}), kernel("bad", 0, 1, {1}, {})}),
+              7, 6, 1);
   // the same through a query that returns true of an event recorded on that third stream: the
   // record captured what s2 had learnt from e0 (produce on s1), so the host learns it too
   expect_race(program(3, 2, 2,

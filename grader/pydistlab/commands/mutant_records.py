@@ -19,7 +19,8 @@ PATCH = "mutant.patch"
 # it depends on is taken broadly: every file of the kit except the other modules' own folders
 # (of its prerequisites, the sources built into it count: their solutions/ and exercises/ folders;
 # their tests, hidden tests, reference outputs and hints are never built or run when this module
-# is graded), the documentation, the grader's unittests and its commands other than this one; plus
+# is graded), the documentation, the promise ledgers, the grader's unittests and its commands
+# other than this one; plus
 # the compiler and CMake versions and the DISTLAB_* and compiler variables of the environment. So
 # an edit to one module's reference regrades that module's mutants and those of the modules built
 # on it, an edit to its tests or mutants regrades its own, an edit to libdist/ or the grading code
@@ -28,6 +29,7 @@ PATCH = "mutant.patch"
 CAUGHT = ROOT / "grader" / "mutants" / "caught.json"
 MODULE_FOLDERS = ("solutions", "exercises", "grader/hidden", "grader/tests", "grader/golden", "grader/mutants")
 NOT_DEPENDED_ON = ("docs/", "grader/selftest/", ".ci/", "grader/pydistlab/commands/")
+LEDGER = "promises.toml"  # grader/hidden/<module>/: read by the self-test's ledger check, never by a grade
 PREREQUISITE_FOLDERS = ("solutions/", "exercises/")  # what a prerequisite adds to a module's build
 ENV_KEYS = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS")
 
@@ -68,7 +70,8 @@ def fingerprints(found: list[tuple[str, Path]], root: Path = ROOT) -> dict[str, 
     for path in kit_tree.kit_files(root):
         if (path.startswith(NOT_DEPENDED_ON) and path != "grader/pydistlab/commands/mutants.py") \
                 or (path.endswith(".md") and "/" not in path) \
-                or (path.startswith("grader/mutants/") and not path.endswith("/" + PATCH)):
+                or (path.startswith("grader/mutants/") and not path.endswith("/" + PATCH)) \
+                or path.endswith("/" + LEDGER):
             continue
         try:
             digest[path] = hashlib.sha256((root / path).read_bytes()).hexdigest()
