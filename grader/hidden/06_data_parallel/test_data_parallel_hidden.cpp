@@ -190,7 +190,7 @@ TEST(HiddenMyDP, BucketLayoutForCapsAroundEachParametersSize) {
   mlp::Config c = dptest::small_config();
   c.n_layers = 4;
   c.dim_in = 4;
-const mlp::MLP probe(c, 1);
+  const mlp::MLP probe(c, 1);
   std::vector<std::size_t> caps;
   for (const mlp::Parameter* q : probe.parameters()) {
     const auto bytes = static_cast<std::size_t>(q->numel()) * sizeof(float);
