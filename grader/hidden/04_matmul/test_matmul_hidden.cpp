@@ -330,6 +330,33 @@ TEST(HiddenPack, UnpackIgnoresThePadding) {
 // "parts * rows * max_shard(cols, parts)" floats, and the unpack functions throw
 // std::invalid_argument "when buf has the wrong size", also for an empty matrix (0 rows or 0
 // columns), whose only right size is 0 floats.
+// matmul.hpp: "Throws std::invalid_argument when buf has the wrong size", the size being the
+// padded layout's: a buffer of every other size is refused, the unpadded rows * cols among them
+// (for shapes that do not divide parts, where the two differ), a float more and a float less.
+TEST(HiddenPack, UnpackRefusesEveryBufferSizeButThePaddedLayouts) {
+  for (auto [rows, cols, parts] :
+       std::vector<std::tuple<long, long, int>>{{7, 3, 3}, {2, 5, 4}, {5, 7, 3}, {1, 3, 2}}) {
+    const auto padded_rows = static_cast<std::size_t>(parts * cdiv(rows, parts) * cols);
+    const auto padded_cols = static_cast<std::size_t>(parts * rows * cdiv(cols, parts));
+    const auto plain = static_cast<std::size_t>(rows * cols);
+    for (std::size_t size : {plain, padded_rows - 1, padded_rows + 1, padded_cols - 1,
+                             padded_cols + 1, std::size_t{0}}) {
+      const std::vector<float> buf(size, 1.0f);
+      const std::string what = std::to_string(rows) + "x" + std::to_string(cols) + " in " +
+                               std::to_string(parts) + " parts, a buffer of " +
+                               std::to_string(size) + " floats";
+      if (size != padded_rows) {
+        EXPECT_THROW(matmul::unpack_row_blocks(buf, rows, cols, parts), std::invalid_argument)
+            << "unpack_row_blocks, " << what << " (the layout holds " << padded_rows << ")";
+      }
+      if (size != padded_cols) {
+        EXPECT_THROW(matmul::unpack_col_blocks(buf, rows, cols, parts), std::invalid_argument)
+            << "unpack_col_blocks, " << what << " (the layout holds " << padded_cols << ")";
+      }
+    }
+  }
+}
+
 TEST(HiddenPack, EmptyMatricesPackToNothingAndRejectAnyOtherSize) {
   for (auto [rows, cols] : std::vector<std::pair<long, long>>{{0, 3}, {3, 0}, {0, 0}}) {
     for (int parts : {1, 2, 4}) {

@@ -244,6 +244,25 @@ TEST(HiddenReLU, ForwardIsTheMaximumWithZeroForInfiniteInputs) {
   }
 }
 
+TEST(HiddenSgd, EveryWeightMovesWhateverItsGradient) {
+  // mlp.hpp: "value -= learning_rate * grad for every parameter.", for every gradient: an infinite
+  // or NaN gradient makes the weight infinite or NaN (a step that skips non-finite gradients
+  // hides a diverged run), a zero one leaves it.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  mlp::Parameter p;
+  p.value = Matrix::Constant(1, 5, 1.0f);
+  p.grad.resize(1, 5);
+  p.grad << inf, -inf, nan, 0.0f, 2.0f;
+  mlp::SGD opt({&p}, 0.25f);
+  opt.step();
+  EXPECT_EQ(p.value(0, 0), -inf) << "1 - 0.25 * inf";
+  EXPECT_EQ(p.value(0, 1), inf) << "1 - 0.25 * -inf";
+  EXPECT_TRUE(std::isnan(p.value(0, 2))) << "1 - 0.25 * NaN is NaN, got " << p.value(0, 2);
+  EXPECT_EQ(p.value(0, 3), 1.0f) << "1 - 0.25 * 0";
+  EXPECT_EQ(p.value(0, 4), 0.5f) << "1 - 0.25 * 2";
+}
+
 TEST(HiddenShapes, OutputsOfTheRightSizeButTheWrongShapeTakeTheRightShape) {
   // Every building block, its output preallocated with as many elements as the result but the
   // transposed shape (and garbage in it): the result must have the documented shape and the values

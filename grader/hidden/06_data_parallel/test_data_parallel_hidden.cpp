@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -181,40 +182,108 @@ TEST(HiddenMyDP, MidCapBucketsTrainCorrectly) {
   for (const auto& f : log.failures()) ADD_FAILURE() << f;
 }
 
-TEST(HiddenMyDP, BucketLayoutForCapsAroundEachParametersSize) {
-  // data_parallel.hpp: "a bucket takes parameters while its size in bytes stays <=
-  // bucket_cap_bytes; a parameter that does not fit starts the next bucket". Caps one float below,
-  // at and one float above each parameter's size, on 4 layers whose weights in reverse order are
-  // 80, 256, 256 and 64 floats: a parameter larger than the cap is followed by one that fits the
-  // cap alone, and still starts a new bucket (the oversized one fills its bucket).
-  mlp::Config c = dptest::small_config();
-  c.n_layers = 4;
-  c.dim_in = 4;
+/// The bucket layout of c's model under each cap, on 2 ranks, against the rule.
+void expect_bucket_layouts(const mlp::Config& c, const std::vector<std::size_t>& caps,
+                           const std::string& model) {
   const mlp::MLP probe(c, 1);
-  std::vector<std::size_t> caps;
-  for (const mlp::Parameter* q : probe.parameters()) {
-    const auto bytes = static_cast<std::size_t>(q->numel()) * sizeof(float);
-    for (std::size_t cap : {bytes - sizeof(float), bytes, bytes + sizeof(float)})
-      caps.push_back(cap);
-  }
   for (std::size_t cap : caps) {
     const auto want = dptest::expected_buckets(probe, cap);
     std::mutex mu;
     std::vector<std::vector<std::vector<int>>> got(2);
     distlab::testing::run_ranks(2, [&] {
-      mlp::MLP model(c, 60 + static_cast<std::uint64_t>(dist::rank()));
-      dp::MyDP wrapped(model, cap);
+      mlp::MLP replica(c, 60 + static_cast<std::uint64_t>(dist::rank()));
+      dp::MyDP wrapped(replica, cap);
       std::lock_guard<std::mutex> g(mu);
       got[static_cast<std::size_t>(dist::rank())] = wrapped.bucket_layout();
     });
     for (int r = 0; r < 2; ++r) {
       EXPECT_EQ(got[static_cast<std::size_t>(r)], want)
-          << "rank " << r << ", bucket_cap_bytes " << cap
-          << ": a bucket holds parameters while its bytes stay <= the cap; a parameter that does "
-             "not fit (also after a parameter larger than the cap) starts the next bucket";
+          << model << ", rank " << r << ", bucket_cap_bytes " << cap
+          << ": a bucket holds parameters while their bytes (4 per float, nothing else) stay <= "
+             "the cap; a parameter that does not fit (also after a parameter larger than the cap) "
+             "starts the next bucket";
     }
     if (::testing::Test::HasFailure()) return;
   }
+}
+
+TEST(HiddenMyDP, BucketLayoutForCapsAroundEachParametersSize) {
+  // data_parallel.hpp: "a bucket takes parameters while its size in bytes stays <=
+  // bucket_cap_bytes; a parameter that does not fit starts the next bucket". Caps one float below,
+  // at and one float above each parameter's size and each sum of parameters that follow each other
+  // in reverse order, on two models: 4 layers whose weights in reverse order are 80, 256, 256 and
+  // 64 floats (a parameter larger than the cap is followed by one that fits the cap alone, and
+  // still starts a new bucket), and 4 layers of 35, 49, 49 and 21 floats (no size a multiple of
+  // 16, so a bucket that pads or aligns its gradients shows).
+  for (const auto& [layers, in, hidden, classes] :
+       {std::tuple{4, 4, 16, 5}, std::tuple{4, 3, 7, 5}}) {
+    mlp::Config c = dptest::small_config();
+    c.n_layers = layers;
+    c.dim_in = in;
+    c.dim_hidden = hidden;
+    c.n_classes = classes;
+    const mlp::MLP probe(c, 1);
+    const auto params = probe.parameters();
+    std::vector<std::size_t> caps;
+    for (std::size_t first = params.size(); first-- > 0;) {
+      std::size_t bytes = 0;
+      for (std::size_t k = first + 1; k-- > 0;) {  // params[first], params[first - 1], ...
+        bytes += static_cast<std::size_t>(params[k]->numel()) * sizeof(float);
+        for (std::size_t cap : {bytes - sizeof(float), bytes, bytes + sizeof(float)})
+          caps.push_back(cap);
+      }
+    }
+    expect_bucket_layouts(c, caps,
+                          "weights of " + std::to_string(in) + " inputs, " +
+                              std::to_string(hidden) + " hidden, " + std::to_string(classes) +
+                              " classes, " + std::to_string(layers) + " layers");
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(HiddenMyDP, BucketLayoutOfParametersOfMoreThanAMebibyte) {
+  // The same rule for every bucket, the first one too, with parameters of 360000 floats (1.44 MB
+  // each): the default cap (25 MiB) holds all of them in one bucket, a cap of 3 MB two per bucket.
+  mlp::Config c = dptest::small_config();
+  c.n_layers = 3;
+  c.dim_in = 600;
+  c.dim_hidden = 600;
+  c.n_classes = 600;
+  expect_bucket_layouts(c, {dp::kDefaultBucketCap, 3'000'000, 1'440'000}, "600 x 600 weights");
+}
+
+/// A hook copies its gradient into the bucket's buffer, nothing more: with reductions that cost
+/// simulated time (reduce_Bps > 0), the hooks before a bucket is full charge nothing, and the
+/// averaged gradients are the same.
+TEST(HiddenMyDP, AHookThatDoesNotCompleteItsBucketChargesNothing) {
+  const mlp::Config c = dptest::small_config();
+  dist::LaunchOptions o = distlab::testing::threads_options(3, 20000);
+  o.network.reduce_Bps = 1e8;  // 10 ns per byte: a reduction of a gradient shows
+  distlab::testing::RankLog log;
+  distlab::testing::run_ranks(o, [&] {
+    mlp::MLP model(c, 70 + static_cast<std::uint64_t>(dist::rank()));
+    dp::MyDP wrapped(model);  // the default cap: one bucket
+    const auto params = model.parameters();
+    for (mlp::Parameter* q : params)
+      q->grad = mlp::Matrix::Constant(q->value.rows(), q->value.cols(),
+                                      static_cast<float>(dist::rank() + 1));
+    dist::barrier();
+    const double t0 = dist::sim_time();
+    for (std::size_t k = params.size(); k-- > 1;) params[k]->run_hooks();  // all but the last
+    const double dt = dist::sim_time() - t0;
+    if (dt != 0.0)
+      log.fail(dist::rank(), "the hooks of " + std::to_string(params.size() - 1) +
+                                 " gradients, the bucket not yet full, took " +
+                                 std::to_string(dt * 1e6) +
+                                 " us of simulated time: a hook copies its gradient into the "
+                                 "bucket's buffer (no reduction, no communication)");
+    params[0]->run_hooks();
+    wrapped.finish_gradient_sync();
+    for (const mlp::Parameter* q : params)
+      if (q->grad != mlp::Matrix::Constant(q->value.rows(), q->value.cols(), 2.0f))
+        log.fail(dist::rank(), "a gradient is not the mean over the 3 ranks (2)");
+  });
+  for (const auto& f : log.failures()) ADD_FAILURE() << f;
 }
 
 TEST(HiddenCloseness, TheToleranceScalesWithTheLargerOfTheTwoValues) {
@@ -232,14 +301,19 @@ TEST(HiddenCloseness, TheToleranceScalesWithTheLargerOfTheTwoValues) {
     const bool b = dp::check_parameter_closeness(model, 0.1f);
     w = dist::rank() == 0 ? 1.11f : 1.0f;  // the larger value on rank 0 this time
     const bool c = dp::check_parameter_closeness(model, 0.1f);
+    // each rank within rtol of rank 0, on opposite sides (1.09 and 0.91 against 1.0): close,
+    // although ranks 1 and 2 are 0.18 apart (each rank is compared with rank 0, not each pair)
+    w = dist::rank() == 0 ? 1.0f : dist::rank() == 1 ? 1.09f : 0.91f;
+    const bool d = dp::check_parameter_closeness(model, 0.1f);
     std::lock_guard<std::mutex> g(mu);
-    inside[static_cast<std::size_t>(dist::rank())] = a && c;
+    inside[static_cast<std::size_t>(dist::rank())] = a && c && d;
     outside[static_cast<std::size_t>(dist::rank())] = b;
   });
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(inside[static_cast<std::size_t>(r)], 1)
         << "rank " << r << ": |1.11 - 1.0| <= 0.1 x max(|1.11|, |1.0|), so the replicas are close "
-        << "(1.11 on rank 2, then on rank 0)";
+        << "(1.11 on rank 2, then on rank 0), and 1.09 and 0.91 on ranks 1 and 2 against 1.0 on "
+        << "rank 0 (each rank is compared with rank 0)";
     EXPECT_EQ(outside[static_cast<std::size_t>(r)], 0)
         << "rank " << r << ": |1.12 - 1.0| > 0.1 x max(|1.12|, |1.0|), so they are not";
   }

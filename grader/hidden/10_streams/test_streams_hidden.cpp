@@ -334,6 +334,15 @@ TEST(HiddenAnalyze, RecordAgainAndChainsOfEvents) {
                        host_op(OpKind::SyncEvent, 1), kernel("ok", 0, 1, {0}, {}),
                        kernel("w", 1, 1, {}, {1}), kernel("bad", 0, 1, {1}, {})}),
               7, 6, 1);
+  // what the host learns adds up: an event of s2 is recorded before anything of s1 is known; the
+  // host then learns produce (on s1) by synchronizing s1, then synchronizes that older event of
+  // s2; the kernel it enqueues after both is still ordered after produce
+  expect_race(program(3, 1, 2,
+                      {kernel("other", 2, 1, {}, {}), record(0, 2),
+                       kernel("produce", 1, 2, {}, {0}), host_op(OpKind::SyncStream, 1),
+                       host_op(OpKind::SyncEvent, 0), kernel("ok", 0, 1, {0}, {}),
+                       kernel("w", 1, 1, {}, {1}), kernel("bad", 0, 1, {1}, {})}),
+              7, 6, 1);
   // the same through a query that returns true of an event recorded on that third stream: the
   // record captured what s2 had learnt from e0 (produce on s1), so the host learns it too
   expect_race(program(3, 2, 2,
