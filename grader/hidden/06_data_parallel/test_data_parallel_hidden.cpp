@@ -305,9 +305,12 @@ TEST(HiddenCloseness, TheToleranceScalesWithTheLargerOfTheTwoValues) {
     // although ranks 1 and 2 are 0.18 apart (each rank is compared with rank 0, not each pair)
     w = dist::rank() == 0 ? 1.0f : dist::rank() == 1 ? 1.09f : 0.91f;
     const bool d = dp::check_parameter_closeness(model, 0.1f);
+    // opposite signs are far apart: |-1 - 1| = 2 > 0.1 x 1 (equal magnitudes do not make it close)
+    w = dist::rank() == 2 ? -1.0f : 1.0f;
+    const bool e = dp::check_parameter_closeness(model, 0.1f);
     std::lock_guard<std::mutex> g(mu);
     inside[static_cast<std::size_t>(dist::rank())] = a && c && d;
-    outside[static_cast<std::size_t>(dist::rank())] = b;
+    outside[static_cast<std::size_t>(dist::rank())] = b || e;
   });
   for (int r = 0; r < 3; ++r) {
     EXPECT_EQ(inside[static_cast<std::size_t>(r)], 1)
@@ -315,7 +318,8 @@ TEST(HiddenCloseness, TheToleranceScalesWithTheLargerOfTheTwoValues) {
         << "(1.11 on rank 2, then on rank 0), and 1.09 and 0.91 on ranks 1 and 2 against 1.0 on "
         << "rank 0 (each rank is compared with rank 0)";
     EXPECT_EQ(outside[static_cast<std::size_t>(r)], 0)
-        << "rank " << r << ": |1.12 - 1.0| > 0.1 x max(|1.12|, |1.0|), so they are not";
+        << "rank " << r << ": |1.12 - 1.0| > 0.1 x max(|1.12|, |1.0|), so they are not; nor "
+        << "are -1.0 on rank 2 and 1.0 on rank 0 (|-1 - 1| = 2)";
   }
 }
 

@@ -11,10 +11,12 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "pipeline_harness.hpp"
@@ -83,6 +85,53 @@ void traffic(Schedule s) {
       }
       if (::testing::Test::HasFailure()) return;
     }
+  }
+}
+
+// pipeline.hpp: "Traffic: one message per F and per B or BW whose chunk has a neighbour in that
+// direction", and README: "interleaved: m messages per chunk boundary, to the rank of the
+// neighbouring chunk". On one rank with 2 and 3 chunks every neighbouring chunk is on rank 0
+// itself: the rank still sends (to itself) m messages per boundary and direction.
+TEST(HiddenTraffic, InterleavedOnOneRankSendsAcrossItsChunks) {
+  const mlp::Config c = tiny_config(6, 24);
+  for (int v : {2, 3}) {
+    for (int m : {1, 3}) {
+      const PipelineRun run =
+          run_pipeline(c, 1, m, Schedule::Interleaved, 1, dist::NetworkModel{}, 1e9, false, v);
+      ASSERT_TRUE(run.ok) << run.error;
+      std::uint64_t msgs = 0, bytes = 0;
+      for (int g = 0; g < v; ++g) {
+        const auto [begin, end] = expected_layers(c.n_layers, v, g);
+        if (g + 1 < v) {
+          msgs += static_cast<std::uint64_t>(m);
+          bytes += 4ull * 24 * static_cast<std::uint64_t>(c.layer_out(end - 1));
+        }
+        if (g > 0) {
+          msgs += static_cast<std::uint64_t>(m);
+          bytes += 4ull * 24 * static_cast<std::uint64_t>(c.layer_in(begin));
+        }
+      }
+      const dist::Stats& st = run.ranks[0].stats;
+      EXPECT_EQ(st.messages_sent_to[0], msgs)
+          << "interleaved: p=1, v=" << v << ", m=" << m
+          << ": one message per F and per B whose chunk has a neighbour, on rank 0 itself";
+      EXPECT_EQ(st.bytes_sent_to[0], bytes) << "interleaved: p=1, v=" << v << ", m=" << m;
+      EXPECT_EQ(st.builtin_collectives, 0u);
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// pipeline.hpp: "m a multiple of p when v >= 2 (else std::invalid_argument, saying so)": fewer
+// microbatches than ranks too (m = 1 and 2 on p = 3, m = 1 on p = 2), on every rank.
+TEST(HiddenValues, InterleavedRefusesFewerMicrobatchesThanRanks) {
+  for (auto [p, m] : {std::pair{2, 1}, std::pair{3, 1}, std::pair{3, 2}, std::pair{4, 6}}) {
+    for (int rank = 0; rank < p; ++rank) {
+      EXPECT_THROW((void)pp::interleaved_ops(p, rank, m, 2), std::invalid_argument)
+          << "p=" << p << ", rank " << rank << ", m=" << m
+          << ", 2 chunks: m is not a multiple of p";
+    }
+    EXPECT_NO_THROW((void)pp::interleaved_ops(p, 0, m, 1)) << "one chunk: any m";
   }
 }
 
@@ -724,6 +773,50 @@ void expect_no_report_on_any_rank(int p, const std::string& what, const std::str
 // send_forward_recv_backward leave the caller's matrix as it was (shape and values: "Receives
 // resize the matrix" only where there is a peer to receive from) and send or receive nothing;
 // p = 1 (a stage both first and last), 2 and 3.
+// pipeline.hpp: "kForwardTag = 7; // activations, stage s -> s+1" and "kBackwardTag = 8; //
+// gradients, stage s -> s-1": each helper talks to a peer that uses plain dist::send / recv with
+// the documented tag of its direction (a helper with another tag never meets it).
+TEST(HiddenHelpers, EachDirectionUsesItsTag) {
+  const mlp::Config c = tiny_config(4, 8, mlp::Activation::Tanh);
+  const int rows = 3;
+  const std::string why = "activations travel with kForwardTag, gradients with kBackwardTag";
+  expect_no_report_on_any_rank(2, "p=2", why, [&]() -> std::vector<std::string> {
+    pp::Stage stage(c, c.seed + 2, dist::rank(), 2);
+    std::vector<std::string> bad;
+    if (dist::rank() == 0) {
+      const mlp::Matrix y = mlp::Matrix::Constant(rows, stage.out_features(), 1.5f);
+      pp::send_forward(stage, y);
+      mlp::Matrix dy(rows, stage.out_features());
+      dist::recv(std::span<float>(dy.data(), static_cast<std::size_t>(dy.size())), 1,
+                 pp::kBackwardTag);
+      if (dy != mlp::Matrix::Constant(rows, stage.out_features(), -2.5f))
+        bad.push_back("send_backward's gradient, received with kBackwardTag, has other values");
+      mlp::Matrix x2 = mlp::Matrix::Constant(rows, stage.out_features(), 4.0f);
+      dist::send(std::span<const float>(x2.data(), static_cast<std::size_t>(x2.size())), 1,
+                 pp::kForwardTag);
+      mlp::Matrix dy2;
+      pp::recv_backward(stage, dy2, rows);
+      if (dy2 != mlp::Matrix::Constant(rows, stage.out_features(), 6.0f))
+        bad.push_back("recv_backward of a gradient sent with kBackwardTag: other values");
+    } else {
+      mlp::Matrix x(rows, stage.in_features());
+      dist::recv(std::span<float>(x.data(), static_cast<std::size_t>(x.size())), 0,
+                 pp::kForwardTag);
+      if (x != mlp::Matrix::Constant(rows, stage.in_features(), 1.5f))
+        bad.push_back("send_forward's activations, received with kForwardTag, have other values");
+      pp::send_backward(stage, mlp::Matrix::Constant(rows, stage.in_features(), -2.5f));
+      mlp::Matrix x2;
+      pp::recv_forward(stage, x2, rows);
+      if (x2 != mlp::Matrix::Constant(rows, stage.in_features(), 4.0f))
+        bad.push_back("recv_forward of activations sent with kForwardTag: other values");
+      const mlp::Matrix g = mlp::Matrix::Constant(rows, stage.in_features(), 6.0f);
+      dist::send(std::span<const float>(g.data(), static_cast<std::size_t>(g.size())), 0,
+                 pp::kBackwardTag);
+    }
+    return bad;
+  });
+}
+
 TEST(HiddenHelpers, WithoutAPeerLeaveTheMatrixAsItWasAndSendNothing) {
   const mlp::Config c = tiny_config(4, 8, mlp::Activation::Tanh);
   const int rows = 4;

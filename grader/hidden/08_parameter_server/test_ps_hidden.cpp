@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <mutex>
 #include <vector>
@@ -412,7 +413,8 @@ TEST(HiddenAsyncLog, ZeroUpdatesApplyNothing) {
 // computing (3 - w) ms first, so the parts reach the servers in reverse worker order. Returns
 // every rank's values after the step (a server: its shard; a worker: the pulled weights).
 std::vector<std::vector<float>> reverse_arrival_step(const std::vector<std::vector<float>>& grads,
-                                                     int servers, float learning_rate = 1.0f) {
+                                                     int servers, float learning_rate = 1.0f,
+                                                     const std::vector<float>& initial = {}) {
   const int workers = static_cast<int>(grads.size());
   const std::size_t n = grads[0].size();
   std::vector<std::vector<float>> out(static_cast<std::size_t>(workers + servers));
@@ -424,6 +426,9 @@ std::vector<std::vector<float>> reverse_arrival_step(const std::vector<std::vect
     if (layout.is_server(rank)) {
       const ps::Range r = ps::shard_range(n, servers, rank);
       got.assign(r.size(), 0.0f);
+      if (!initial.empty())
+        got.assign(initial.begin() + static_cast<std::ptrdiff_t>(r.begin),
+                   initial.begin() + static_cast<std::ptrdiff_t>(r.end));
       ps::server_step(got, learning_rate, layout);
     } else {
       const int k = layout.worker_index(rank);
@@ -681,6 +686,43 @@ TEST(HiddenSyncValues, TheStepIsTheLearningRateTimesTheMean) {
     for (int w = 0; w < workers; ++w) {
       EXPECT_EQ(out[static_cast<std::size_t>(servers + w)], want)
           << servers << " server(s), worker " << w << ": the pulled weights";
+    }
+  }
+}
+
+TEST(HiddenSyncValues, TheUpdateRoundsTheProductThenTheDifference) {
+  // ps.hpp: "applies SGD (shard -= learning_rate * mean) ... a fixed order gives the same bits":
+  // the product rounded to float, then the difference rounded to float, from weights that are not
+  // 0. A fused multiply-add rounds once and differs in the last bit for some of these values.
+  const int workers = 2;
+  const float lr = 0.1f;
+  std::vector<std::vector<float>> grads(workers);
+  std::vector<float> initial, want;
+  int separating = 0;
+  for (int i = 0; i < 64 && separating < 8; ++i) {
+    const float g0 = 0.3f + 0.0137f * static_cast<float>(i),
+                g1 = 0.7f - 0.0071f * static_cast<float>(i);
+    const float w0 = 1.0f + 0.0213f * static_cast<float>(i);
+    const float mean = (g0 + g1) / 2.0f;
+    const volatile float product = lr * mean;  // rounded to float on its own
+    const float step = w0 - product;
+    grads[0].push_back(g0);
+    grads[1].push_back(g1);
+    initial.push_back(w0);
+    want.push_back(step);
+    if (step != std::fma(-lr, mean, w0)) ++separating;
+  }
+  ASSERT_GT(separating, 0) << "test bug: no value separates the two roundings";
+  for (int servers : {1, 2}) {
+    const auto out = reverse_arrival_step(grads, servers, lr, initial);
+    for (int j = 0; j < servers; ++j) {
+      const ps::Range r = ps::shard_range(want.size(), servers, j);
+      const std::vector<float> shard(want.begin() + static_cast<std::ptrdiff_t>(r.begin),
+                                     want.begin() + static_cast<std::ptrdiff_t>(r.end));
+      EXPECT_EQ(out[static_cast<std::size_t>(j)], shard)
+          << servers << " server(s), server " << j
+          << ": shard -= learning_rate * mean, the product rounded, then the difference (bit for "
+             "bit; a fused multiply-add rounds once)";
     }
   }
 }

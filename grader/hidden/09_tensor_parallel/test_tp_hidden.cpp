@@ -242,7 +242,16 @@ TEST(HiddenTraffic, ZeroCollectiveCallsPerParameterEveryDpSize) {
         mlp::Parameter p, q;
         p.value = mlp::Matrix::Constant(3, 3, 0.5f);
         q.value = mlp::Matrix::Constant(2, 1, -0.25f);
+        const dist::Stats before_ctor = dist::stats();
         tp::ZeroOptimizer z({&p, &q}, tp::AdamConfig{}, dist::world(), stage);
+        const dist::Stats after_ctor = dist::stats();
+        EXPECT_EQ(after_ctor.builtin_collectives - before_ctor.builtin_collectives, 0u)
+            << "dp " << dp << ", stage " << stage
+            << ": the constructor is collective over nothing (no communication)";
+        EXPECT_EQ(after_ctor.barriers - before_ctor.barriers, 0u)
+            << "dp " << dp << ", stage " << stage << ": the constructor calls no barrier";
+        EXPECT_EQ(after_ctor.messages_sent - before_ctor.messages_sent, 0u)
+            << "dp " << dp << ", stage " << stage << ": the constructor sends nothing";
         for (int t = 0; t < 2; ++t) {
           p.grad = mlp::Matrix::Constant(3, 3, 0.1f * static_cast<float>(dist::rank() + 1));
           q.grad = mlp::Matrix::Constant(2, 1, -0.2f);

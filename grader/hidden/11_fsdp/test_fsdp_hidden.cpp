@@ -216,6 +216,23 @@ TEST(HiddenTraffic, OtherWorldSizesAndWindows) {
   }
 }
 
+TEST(HiddenTraffic, OneRankStillMakesEveryCollectiveInBothPrecisions) {
+  // fsdp.hpp: "Traffic per unit and step: the gathers (one per pass that gathers it) and one
+  // reduce-scatter", with bf16_comm too ("the same passes, window, events and order, in bf16"):
+  // on one rank the collectives move no byte but are still made.
+  for (bool bf16 : {false, true}) {
+    for (bool reshard : {true, false}) {
+      TrainConfig c = config_of(1, reshard, tiny_model());
+      c.fsdp.bf16_comm = bf16;
+      const auto got = run(c, 1, 2);
+      EXPECT_EQ(got[0].measure.collectives,
+                static_cast<std::uint64_t>((gathers_per_unit(c) + 1) * c.model.n_layers))
+          << (bf16 ? "bf16" : "fp32") << ", reshard " << reshard
+          << ", one rank: every unit's gathers and its reduce-scatter, each step";
+    }
+  }
+}
+
 TEST(HiddenMemory, WiderWindowsAndKeptWeightsWithPrefetch) {
   for (int k : {2, 3, 5}) {
     const TrainConfig c = config_of(k, true);
