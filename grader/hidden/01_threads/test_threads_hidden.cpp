@@ -442,7 +442,9 @@ TEST(HiddenProcesses, TheCallersOtherChildIsLeftAlone) {
     EXPECT_EQ(waitpid(other, &status, 0), other)
         << (creation_cost ? "measure_creation_cost" : "write_in_child_process")
         << " reaped a child it did not fork: wait for the pid that fork returned";
-    if (WIFEXITED(status)) EXPECT_EQ(WEXITSTATUS(status), 77);
+    if (WIFEXITED(status)) {
+      EXPECT_EQ(WEXITSTATUS(status), 77);
+    }
   }
 }
 
