@@ -326,10 +326,6 @@ TEST(HiddenPack, UnpackIgnoresThePadding) {
   }
 }
 
-// matmul.hpp: the pack functions give "parts * max_shard(rows, parts) * cols" and
-// "parts * rows * max_shard(cols, parts)" floats, and the unpack functions throw
-// std::invalid_argument "when buf has the wrong size", also for an empty matrix (0 rows or 0
-// columns), whose only right size is 0 floats.
 // matmul.hpp: "Throws std::invalid_argument when buf has the wrong size", the size being the
 // padded layout's: a buffer of every other size is refused, the unpadded rows * cols among them
 // (for shapes that do not divide parts, where the two differ), a float more and a float less.
@@ -357,6 +353,10 @@ TEST(HiddenPack, UnpackRefusesEveryBufferSizeButThePaddedLayouts) {
   }
 }
 
+// matmul.hpp: the pack functions give "parts * max_shard(rows, parts) * cols" and
+// "parts * rows * max_shard(cols, parts)" floats, and the unpack functions throw
+// std::invalid_argument "when buf has the wrong size", also for an empty matrix (0 rows or 0
+// columns), whose only right size is 0 floats.
 TEST(HiddenPack, EmptyMatricesPackToNothingAndRejectAnyOtherSize) {
   for (auto [rows, cols] : std::vector<std::pair<long, long>>{{0, 3}, {3, 0}, {0, 0}}) {
     for (int parts : {1, 2, 4}) {

@@ -470,11 +470,6 @@ TEST(HiddenMemory, ScratchIsTheLargestWhenParametersGrowAlongTheList) {
   }
 }
 
-/// layout.hpp: the step counter counts calls of step(), once per training step, whatever the
-/// number of parameters or hooks: no parameter at all, a step() with no new backward (the old
-/// gradient chunks again), two backwards (hooks run twice) before one step(). Adam's t shows in
-/// steps() and in the bias correction: the weights after each step are compared with unsharded
-/// Adam (given) fed the same mean gradients step by step.
 /// layout.hpp: ZeroOptimizer "applies Adam (AdamConfig)": every field of the config, none of them
 /// the default (eps of the gradients' size, so a fixed eps shows), against the given unsharded
 /// Adam with the same config fed the same mean gradients, 3 steps, dp 1 to 3, both stages.
@@ -512,6 +507,11 @@ TEST(HiddenZeroSteps, EveryAdamSettingIsUsed) {
   }
 }
 
+/// layout.hpp: the step counter counts calls of step(), once per training step, whatever the
+/// number of parameters or hooks: no parameter at all, a step() with no new backward (the old
+/// gradient chunks again), two backwards (hooks run twice) before one step(). Adam's t shows in
+/// steps() and in the bias correction: the weights after each step are compared with unsharded
+/// Adam (given) fed the same mean gradients step by step.
 TEST(HiddenZeroSteps, CounterCountsCallsOfStep) {
   for (int dp : {1, 2, 3}) {
     run_ranks(test_options(dp), [&] {
