@@ -42,6 +42,13 @@ class CudaDevice final : public DeviceImpl {
   /// After a failure: the destructor then neither waits for the device nor frees its memory
   /// (work stuck in an aborted collective would never let it).
   void abandon() { abandoned_ = true; }
+  /// Whether every stream of the device has finished its work (cudaStreamQuery).
+  bool idle() const {
+    for (cudaStream_t s : streams_) {
+      if (cudaStreamQuery(s) != cudaSuccess) return false;
+    }
+    return true;
+  }
 
   int stream_create(const std::string& name) override;
   void stream_synchronize(int stream) override;

@@ -15,10 +15,11 @@ void NcclBackend::init(const ncclUniqueId& id) {
 }
 
 void NcclBackend::shutdown(bool failed) {
-  if (device_ && (failed || aborted_)) device_->abandon();  // its work may never finish
-  device_.reset();  // the device's streams, events and buffers before the communicator
+  const bool failure = failed || aborted_;
+  // The device's streams, events and buffers go before the communicator.
+  if (!failure) device_.reset();
   for (auto& [id, c] : comms_) {
-    if (failed || aborted_) {
+    if (failure) {
       ncclCommAbort(c);
     } else {
       ncclCommDestroy(c);
@@ -26,7 +27,7 @@ void NcclBackend::shutdown(bool failed) {
   }
   comms_.clear();
   if (comm_ != nullptr) {
-    if (failed || aborted_) {
+    if (failure) {
       ncclCommAbort(comm_);
     } else {
       flush();
@@ -35,11 +36,23 @@ void NcclBackend::shutdown(bool failed) {
     }
     comm_ = nullptr;
   }
-  if (!failed) {
+  // After a failure, work stuck in an aborted collective may never finish, and freeing memory
+  // waits for the whole device. When every stream is idle (the failure came from the host, or
+  // the abort ended NCCL's kernels), nothing can still use the memory: everything is released as
+  // after a success. Otherwise it is left (a process that failed this way should exit).
+  const auto idle = [](cudaStream_t s) {
+    return s == nullptr || cudaStreamQuery(s) == cudaSuccess;
+  };
+  const bool release =
+      !failure || (idle(stream_) && idle(copy_stream_) && (!device_ || device_->idle()));
+  if (device_ && !release) device_->abandon();
+  device_.reset();
+  if (release) {
     if (scratch_) cudaFree(scratch_);
     if (stream_) cudaStreamDestroy(stream_);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
   }
+  cudaGetLastError();  // a query's cudaErrorNotReady is not an error of this launch
   scratch_ = nullptr;
   stream_ = copy_stream_ = nullptr;
   closed_ = true;

@@ -20,7 +20,7 @@ PATCH = "mutant.patch"
 # (of its prerequisites, the sources built into it count: their solutions/ and exercises/ folders;
 # their tests, hidden tests, reference outputs and hints are never built or run when this module
 # is graded), the documentation, the promise ledgers, the grader's unittests and its commands
-# other than this one; plus
+# other than this one, and the NCCL backend's files (NCCL_ONLY); plus
 # the compiler and CMake versions and the DISTLAB_* and compiler variables of the environment. So
 # an edit to one module's reference regrades that module's mutants and those of the modules built
 # on it, an edit to its tests or mutants regrades its own, an edit to libdist/ or the grading code
@@ -28,7 +28,11 @@ PATCH = "mutant.patch"
 # mutants whose inputs changed since the last local self-test, plus a spot check (SPOT_CHECK).
 CAUGHT = ROOT / "grader" / "mutants" / "caught.json"
 MODULE_FOLDERS = ("solutions", "exercises", "grader/hidden", "grader/tests", "grader/golden", "grader/mutants")
-NOT_DEPENDED_ON = ("docs/", "grader/selftest/", ".ci/", "grader/pydistlab/commands/")
+# The NCCL backend and its tests: a grade's trees are configured with DISTLAB_WITH_NCCL=OFF
+# (workspace.BASE_CACHE), so these files are never compiled when a mutant is graded.
+NCCL_ONLY = ("libdist/nccl/", "libdist/tests/test_nccl.cpp", "libdist/tests/test_device_cuda.cpp",
+             "grader/tests/10_streams/test_streams_nccl.cpp")
+NOT_DEPENDED_ON = ("docs/", "grader/selftest/", ".ci/", "grader/pydistlab/commands/", *NCCL_ONLY)
 LEDGER = "promises.toml"  # grader/hidden/<module>/: read by the self-test's ledger check, never by a grade
 PREREQUISITE_FOLDERS = ("solutions/", "exercises/")  # what a prerequisite adds to a module's build
 ENV_KEYS = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "LDFLAGS")
