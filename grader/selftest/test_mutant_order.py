@@ -132,6 +132,13 @@ class Fingerprints(unittest.TestCase):
             with self.subTest(path=path):
                 self.assertEqual(self.changed_by(path), set())
 
+    def test_the_nccl_backend_regrades_none(self) -> None:
+        # A grade's trees are configured without NCCL: these files are never compiled there.
+        for path in ["libdist/nccl/nccl_ops.cpp", "libdist/nccl/new.hpp", "libdist/tests/test_nccl.cpp",
+                     "libdist/tests/test_device_cuda.cpp", "grader/tests/10_streams/test_streams_nccl.cpp"]:
+            with self.subTest(path=path):
+                self.assertEqual(self.changed_by(path), set())
+
     def test_the_same_files_elsewhere_give_the_same_fingerprints(self) -> None:
         # The record is committed: a fresh clone in another folder must find it holds.
         with tempfile.TemporaryDirectory() as other:
