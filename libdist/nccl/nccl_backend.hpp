@@ -39,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -272,6 +273,7 @@ class NcclBackend : public BackendImpl, public std::enable_shared_from_this<Nccl
   cudaStream_t stream_ = nullptr;
   cudaStream_t copy_stream_ = nullptr;
   void* scratch_ = nullptr;
+  std::set<void*> staged_;  // staging memory not yet freed (an op that never completed holds some)
   bool aborted_ = false;
   bool closed_ = false;
   std::vector<QueuedP2P> queue_;

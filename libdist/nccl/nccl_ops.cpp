@@ -37,9 +37,10 @@ void NcclBackend::shutdown(bool failed) {
     comm_ = nullptr;
   }
   // After a failure, work stuck in an aborted collective may never finish, and freeing memory
-  // waits for the whole device. When every stream is idle (the failure came from the host, or
-  // the abort ended NCCL's kernels), nothing can still use the memory: everything is released as
-  // after a success. Otherwise it is left (a process that failed this way should exit).
+  // waits for the whole device. When every stream is idle (the failure came from the host or was
+  // refused by NCCL, or the abort ended NCCL's kernels), nothing can still use the memory:
+  // everything is released as after a success, the staging of operations that never completed
+  // too. Otherwise it is left (a process that failed this way should exit).
   const auto idle = [](cudaStream_t s) {
     return s == nullptr || cudaStreamQuery(s) == cudaSuccess;
   };
@@ -48,10 +49,12 @@ void NcclBackend::shutdown(bool failed) {
   if (device_ && !release) device_->abandon();
   device_.reset();
   if (release) {
+    for (void* p : staged_) cudaFree(p);  // of ops that failed before completing
     if (scratch_) cudaFree(scratch_);
     if (stream_) cudaStreamDestroy(stream_);
     if (copy_stream_) cudaStreamDestroy(copy_stream_);
   }
+  staged_.clear();
   cudaGetLastError();  // a query's cudaErrorNotReady is not an error of this launch
   scratch_ = nullptr;
   stream_ = copy_stream_ = nullptr;
@@ -149,6 +152,7 @@ void* NcclBackend::stage(NcclOp& op, void* buf, std::size_t bytes, bool in, bool
     DIST_CUDA_CHECK(cudaMemcpyAsync(d, buf, bytes, cudaMemcpyHostToDevice, copy_stream_));
   }
   DIST_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));  // ready before the comm stream uses it
+  staged_.insert(d);
   op.staged.push_back({d, out ? buf : nullptr, bytes});
   return d;
 }
@@ -168,6 +172,7 @@ void NcclBackend::complete(NcclOp& op) {
             cudaMemcpyAsync(s.host_out, s.device, s.bytes, cudaMemcpyDeviceToHost, copy_stream_));
       }
       DIST_CUDA_CHECK(cudaFreeAsync(s.device, copy_stream_));
+      staged_.erase(s.device);
     }
     DIST_CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
     op.staged.clear();

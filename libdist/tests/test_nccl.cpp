@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -224,6 +225,36 @@ TEST(Nccl, Bf16AllReduceAndAllGatherWithHalfTheBytesOfFloat) {
     rw.wait();
     EXPECT_EQ(static_cast<float>(got[0]), static_cast<float>((r + p - 1) % p) + 0.5f);
     EXPECT_EQ(dist::stats().bytes_sent, 2 * n);
+  });
+}
+
+// A receive nobody sends (one rank, from itself) ends the launch with an error, never a hang
+// (NCCL refuses it at once; a peer that never sends would end it at the timeout), and the next
+// launch on the same GPU works.
+TEST(Nccl, AReceiveNobodySendsFailsAndTheNextLaunchWorks) {
+  SKIP_WITHOUT_GPU();
+  if (g_job_size != 1) GTEST_SKIP() << "one process (a rank waits for itself)";
+  dist::LaunchOptions o = nccl_options();
+  o.timeout = std::chrono::milliseconds(2000);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    dist::launch(o, [] {
+      std::vector<float> x(4);
+      dist::recv(std::span<float>(x), 0);
+    });
+  } catch (const dist::Error& e) {
+    msg = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(msg.empty()) << "the launch returned";
+  EXPECT_LT(s, 60.0) << msg;
+  std::cout << "error after " << s << " s: " << msg << "\n";
+  run([] {
+    std::vector<float> x = {1.5f, 2.5f};
+    dist::all_reduce(std::span<float>(x));
+    EXPECT_EQ(x[0], 1.5f);
+    EXPECT_EQ(x[1], 2.5f);
   });
 }
 
