@@ -31,6 +31,12 @@
 
 namespace dist::detail::nccl {
 
+/// Whether a stream has finished all its work (cudaStreamQuery; a null stream has none). A
+/// stream that is still busy, or in error, is not idle.
+inline bool stream_idle(cudaStream_t s) {
+  return s == nullptr || cudaStreamQuery(s) == cudaSuccess;
+}
+
 class CudaDevice final : public DeviceImpl {
  public:
   /// `comm`: the world's communicator; `before_collective`: what the backend must do before a
@@ -42,10 +48,10 @@ class CudaDevice final : public DeviceImpl {
   /// After a failure: the destructor then neither waits for the device nor frees its memory
   /// (work stuck in an aborted collective would never let it).
   void abandon() { abandoned_ = true; }
-  /// Whether every stream of the device has finished its work (cudaStreamQuery).
+  /// Whether every stream of the device has finished its work (stream_idle).
   bool idle() const {
     for (cudaStream_t s : streams_) {
-      if (cudaStreamQuery(s) != cudaSuccess) return false;
+      if (!stream_idle(s)) return false;
     }
     return true;
   }

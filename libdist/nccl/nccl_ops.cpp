@@ -41,11 +41,8 @@ void NcclBackend::shutdown(bool failed) {
   // refused by NCCL, or the abort ended NCCL's kernels), nothing can still use the memory:
   // everything is released as after a success, the staging of operations that never completed
   // too. Otherwise it is left (a process that failed this way should exit).
-  const auto idle = [](cudaStream_t s) {
-    return s == nullptr || cudaStreamQuery(s) == cudaSuccess;
-  };
-  const bool release =
-      !failure || (idle(stream_) && idle(copy_stream_) && (!device_ || device_->idle()));
+  const bool release = !failure || (stream_idle(stream_) && stream_idle(copy_stream_) &&
+                                    (!device_ || device_->idle()));
   if (device_ && !release) device_->abandon();
   device_.reset();
   if (release) {
